@@ -1,0 +1,229 @@
+"""One settings tree for the whole appliance.
+
+Values come from, highest priority first: `APPLIANCE_*` environment variables (nested keys joined by
+`__`, e.g. `APPLIANCE_ENGINE__PORT=8001`), the TOML file (`--config PATH`, else `$APPLIANCE_CONFIG`, else
+`$APPLIANCE_HOME/appliance.toml`), the defaults of the chosen profile (`cpu` = the embedded default,
+`gpu` = a GPU server), then the field defaults below. Every field carries a help text (`appliance
+config` prints them). An unknown key or a bad value is a `ConfigError` that names the key, the value
+received and what is allowed.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from appliance.errors import ConfigError
+
+Profile = Literal["cpu", "gpu"]
+DEFAULT_HOME = Path("~/.local/share/appliance").expanduser()
+BUNDLED_MODEL_NAME = "SmolLM2-135M-Instruct"
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class PodmanSettings(Section):
+    runtime: str = Field("runc", description="OCI runtime podman uses (crun fails on cgroup v1 hybrid hosts).")
+    graphroot: Path | None = Field(
+        None, description="Image and container storage; default $APPLIANCE_HOME/containers/storage."
+    )
+    storage_driver: str = Field("overlay", description="containers/storage driver (overlay or vfs).")
+
+
+class SandboxSettings(Section):
+    image: str = Field("appliance-sandbox", description="Name of the sandbox image (tagged by recipe hash).")
+    memory: str = Field("512m", description="Memory limit per sandbox, swap included (podman --memory).")
+    pids_limit: int = Field(256, ge=16, description="Maximum processes per sandbox (fork-bomb guard).")
+    cpus: float = Field(1.0, gt=0, description="CPU share per sandbox (podman --cpus).")
+    lifetime_s: int = Field(1800, ge=10, description="Hard lifetime: podman kills and removes the sandbox after this.")
+    command_timeout_s: float = Field(60.0, gt=0, description="Default time limit of one command inside a sandbox.")
+    output_limit_bytes: int = Field(
+        1_000_000, ge=1024, description="Output of one command kept per stream; the rest is cut with a marker."
+    )
+    max_concurrent: int = Field(8, ge=1, description="Sandboxes alive at once (the pool's cap).")
+    start_retries: int = Field(2, ge=0, description="Retries of a failed sandbox start before it counts as infra error.")
+
+
+class EngineSettings(Section):
+    model: Path | None = Field(
+        None, description=f"Hugging Face model folder to serve and train; default $APPLIANCE_HOME/models/{BUNDLED_MODEL_NAME}."
+    )
+    served_model_name: str = Field("policy", description="Model name harnesses send; any name is accepted by the proxy.")
+    host: Literal["127.0.0.1"] = Field("127.0.0.1", description="The engine listens on loopback only.")
+    port: int = Field(8100, ge=1024, le=65535, description="Engine (vLLM) port on loopback.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "float32", description="Serving dtype; float32 on the CPU reproduces the trainer's logprobs."
+    )
+    max_model_len: int = Field(4096, ge=256, description="Context length the engine serves.")
+    enforce_eager: bool = Field(True, description="Skip graph compilation (saves ~100 s per start on the CPU).")
+    enable_sleep_mode: bool = Field(False, description="vLLM sleep mode while training (GPU only).")
+    sleep_level: Literal[1, 2] = Field(1, description="vLLM sleep level: 1 offloads weights, 2 discards them.")
+    gpu_memory_utilization: float = Field(0.45, gt=0, le=1, description="Share of GPU memory for serving (GPU only).")
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs the engine shards the model across.")
+    cpu_kvcache_gib: int = Field(1, ge=1, description="KV cache size on the CPU build (VLLM_CPU_KVCACHE_SPACE).")
+    startup_timeout_s: float = Field(300.0, gt=0, description="Seconds to wait for the engine to become healthy.")
+
+
+class ProxySettings(Section):
+    host: Literal["127.0.0.1"] = Field("127.0.0.1", description="The proxy listens on loopback only.")
+    port: int = Field(8200, ge=1024, le=65535, description="Proxy port on loopback.")
+    max_request_bytes: int = Field(2_000_000, ge=1024, description="Largest request body accepted.")
+    max_tokens: int = Field(1024, ge=1, description="Cap on max_tokens of one model call.")
+    max_concurrency_per_rollout: int = Field(4, ge=1, description="Model calls in flight per rollout.")
+
+
+PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "cpu": {"engine": {"dtype": "float32", "enforce_eager": True, "enable_sleep_mode": False}},
+    "gpu": {
+        "engine": {"dtype": "bfloat16", "enforce_eager": False, "enable_sleep_mode": True},
+        "sandbox": {"max_concurrent": 32},
+    },
+}
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="APPLIANCE_", env_nested_delimiter="__", extra="forbid", validate_assignment=True
+    )
+
+    home: Path = Field(DEFAULT_HOME, description="Data directory: store, models, checkpoints, Podman config.")
+    profile: Profile = Field("cpu", description="cpu = the embedded default (bundled model); gpu = a GPU server.")
+    podman: PodmanSettings = Field(default_factory=PodmanSettings)
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    engine: EngineSettings = Field(default_factory=EngineSettings)
+    proxy: ProxySettings = Field(default_factory=ProxySettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # init carries the TOML file merged over the profile defaults; the environment wins over both.
+        return (env_settings, init_settings)
+
+    # Paths derived from `home`; one place so no module invents its own layout.
+    @property
+    def db_path(self) -> Path:
+        return self.home / "appliance.db"
+
+    @property
+    def model_path(self) -> Path:
+        return self.engine.model or self.home / "models" / BUNDLED_MODEL_NAME
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.home / "checkpoints"
+
+    @property
+    def podman_dir(self) -> Path:
+        return self.home / "podman"
+
+    @property
+    def podman_graphroot(self) -> Path:
+        return self.podman.graphroot or self.home / "containers" / "storage"
+
+    @property
+    def sockets_dir(self) -> Path:
+        return self.home / "sockets"
+
+
+def config_file_path(config_file: Path | str | None = None, environ: dict[str, str] | None = None) -> Path:
+    environ = os.environ if environ is None else environ
+    if config_file:
+        return Path(config_file).expanduser()
+    if environ.get("APPLIANCE_CONFIG"):
+        return Path(environ["APPLIANCE_CONFIG"]).expanduser()
+    return Path(environ.get("APPLIANCE_HOME") or DEFAULT_HOME).expanduser() / "appliance.toml"
+
+
+def load_settings(config_file: Path | str | None = None, environ: dict[str, str] | None = None) -> Settings:
+    """Read the settings tree; raise `ConfigError` naming the key and value on any mistake."""
+    environ = dict(os.environ if environ is None else environ)
+    environ.pop("APPLIANCE_CONFIG", None)  # selects the file; not a setting
+    path = config_file_path(config_file, environ)
+    file_data: dict[str, Any] = {}
+    if config_file and not path.exists():
+        raise ConfigError(f"config file {path} does not exist", "pass an existing file to --config, or omit it")
+    if path.exists():
+        try:
+            file_data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{path} is not valid TOML: {e}", "fix the syntax on the line named above") from e
+    profile = environ.get("APPLIANCE_PROFILE") or file_data.get("profile") or "cpu"
+    if profile not in PROFILE_DEFAULTS:
+        raise ConfigError(
+            f"unknown profile {profile!r}", f"set profile to one of: {', '.join(PROFILE_DEFAULTS)}"
+        )
+    merged = _deep_merge(PROFILE_DEFAULTS[profile], file_data)
+    saved = {k: v for k, v in os.environ.items() if k.startswith("APPLIANCE_")}
+    try:
+        # pydantic-settings reads os.environ; swap in the caller's environment for the duration.
+        for k in saved:
+            del os.environ[k]
+        os.environ.update({k: v for k, v in environ.items() if k.startswith("APPLIANCE_")})
+        return Settings(**merged)
+    except ValidationError as e:
+        raise _config_error(e, path) from None
+    finally:
+        for k in [k for k in os.environ if k.startswith("APPLIANCE_")]:
+            del os.environ[k]
+        os.environ.update(saved)
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _section_fields(loc: tuple[Any, ...]) -> list[str]:
+    model: type[BaseModel] = Settings
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part))
+        ann = field.annotation if field else None
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return []
+        model = ann
+    return sorted(model.model_fields)
+
+
+def _config_error(e: ValidationError, path: Path) -> ConfigError:
+    problems, hints = [], []
+    for err in e.errors():
+        key = ".".join(str(p) for p in err["loc"])
+        env_name = "APPLIANCE_" + "__".join(str(p) for p in err["loc"]).upper()
+        where = f"(in {path} or ${env_name})"
+        if err["type"] == "extra_forbidden":
+            problems.append(f"unknown key {key!r} {where}")
+            valid = _section_fields(err["loc"])
+            if valid:
+                hints.append(f"valid keys here: {', '.join(valid)}")
+        else:
+            problems.append(f"{key} = {err.get('input')!r} {where}: {err['msg']}")
+    hints.append("`appliance config` lists every key with its help text")
+    return ConfigError("invalid configuration: " + "; ".join(problems), "; ".join(hints))
+
+
+def describe_fields(model: type[BaseModel] = Settings, prefix: str = "") -> list[tuple[str, str, str]]:
+    """(key, default, help) for every leaf field: the reference `appliance config` prints."""
+    rows: list[tuple[str, str, str]] = []
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            rows += describe_fields(ann, f"{prefix}{name}.")
+        else:
+            default = field.get_default(call_default_factory=True)
+            rows.append((f"{prefix}{name}", repr(default), field.description or ""))
+    return rows

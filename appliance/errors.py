@@ -1,0 +1,47 @@
+"""The appliance's errors: every one says what was wrong and how to fix it.
+
+A user mistake (bad config, missing model, Podman not set up) is raised as an `ApplianceError` with a
+`hint`; the CLI prints message and hint to stderr and exits non-zero, never a traceback.
+"""
+
+from __future__ import annotations
+
+
+class ApplianceError(Exception):
+    """Root of every error the appliance raises on purpose."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message}\n  hint: {self.hint}" if self.hint else self.message
+
+
+class ConfigError(ApplianceError):
+    """appliance.toml or an APPLIANCE_* variable holds an unknown key or a bad value."""
+
+
+class StoreError(ApplianceError):
+    """The SQLite store cannot be opened, migrated, or was asked for something it does not hold."""
+
+
+class TransitionError(StoreError):
+    """A state change that the state machine of a run, iteration, rollout or engine does not allow."""
+
+
+class NotFoundError(StoreError):
+    """A row that was asked for by id does not exist."""
+
+
+class SandboxError(ApplianceError):
+    """Podman could not start, run or clean up a sandbox."""
+
+
+class EngineError(ApplianceError):
+    """The inference engine failed to start, answer, sync weights or pass its canary."""
+
+
+class SetupError(ApplianceError):
+    """A one-time set-up step (model conversion, image build) failed."""

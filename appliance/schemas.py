@@ -1,0 +1,239 @@
+"""Typed records that cross module boundaries, their enums, and the allowed state transitions.
+
+The store enforces the transition tables: a status change that is not listed here is refused with a
+`TransitionError`, so a bug or a race can never move a rollout from `finished` back to `running`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from appliance.errors import TransitionError
+
+
+def now() -> float:
+    return time.time()
+
+
+class RunStatus(StrEnum):
+    RUNNING = "running"
+    PAUSED = "paused"
+    STOPPED = "stopped"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class IterationStatus(StrEnum):
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class Phase(StrEnum):
+    """The phases of one loop iteration, in order."""
+
+    SYNTHESIZE = "synthesize"
+    VALIDATE = "validate"
+    PRACTISE = "practise"
+    TRAIN = "train"
+    SYNC = "sync"
+    EVALUATE = "evaluate"
+    DIAGNOSE = "diagnose"
+    DONE = "done"
+
+
+class TaskStatus(StrEnum):
+    PROPOSED = "proposed"
+    VALID = "valid"  # passed agent-free validation
+    LEARNABLE = "learnable"  # inside the learnable band of the current policy
+    TOO_EASY = "too_easy"
+    TOO_HARD = "too_hard"
+    REJECTED = "rejected"  # failed agent-free validation; reason stored
+
+
+class Split(StrEnum):
+    TRAIN = "train"
+    HELDOUT = "heldout"
+
+
+class RolloutStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    FINISHED = "finished"  # outcome and reward set
+
+
+class Outcome(StrEnum):
+    SUCCESS = "success"
+    FAILURE = "failure"  # wrong result or bad format: the policy's doing, trained on
+    TRUNCATED = "truncated"  # turn limit or context overflow: the policy's doing, trained on
+    INFRA_ERROR = "infra_error"  # the machine's doing: excluded from loss and baseline
+
+
+class EngineState(StrEnum):
+    STOPPED = "stopped"
+    STARTING = "starting"
+    SERVING = "serving"
+    DRAINING = "draining"
+    SLEEPING = "sleeping"
+    SYNCING = "syncing"
+    WAKING = "waking"
+    CANARY = "canary"
+    FAILED = "failed"
+
+
+RUN_TRANSITIONS: dict[str, set[str]] = {
+    RunStatus.RUNNING: {RunStatus.PAUSED, RunStatus.STOPPED, RunStatus.DONE, RunStatus.FAILED},
+    RunStatus.PAUSED: {RunStatus.RUNNING, RunStatus.STOPPED},
+    RunStatus.STOPPED: {RunStatus.RUNNING},  # `appliance run` continues a stopped run
+    RunStatus.FAILED: {RunStatus.RUNNING},  # ... and a failed one, after the cause is fixed
+    RunStatus.DONE: set(),
+}
+
+ITERATION_TRANSITIONS: dict[str, set[str]] = {
+    IterationStatus.RUNNING: {IterationStatus.DONE, IterationStatus.FAILED},
+    IterationStatus.FAILED: {IterationStatus.RUNNING},
+    IterationStatus.DONE: set(),
+}
+
+ROLLOUT_TRANSITIONS: dict[str, set[str]] = {
+    RolloutStatus.PENDING: {RolloutStatus.RUNNING, RolloutStatus.FINISHED},
+    # running -> pending: a crash mid-episode; the restarted loop runs the rollout again.
+    RolloutStatus.RUNNING: {RolloutStatus.FINISHED, RolloutStatus.PENDING},
+    RolloutStatus.FINISHED: set(),
+}
+
+TASK_TRANSITIONS: dict[str, set[str]] = {
+    TaskStatus.PROPOSED: {TaskStatus.VALID, TaskStatus.REJECTED},
+    TaskStatus.VALID: {TaskStatus.LEARNABLE, TaskStatus.TOO_EASY, TaskStatus.TOO_HARD},
+    # the policy moves: a task can enter or leave the learnable band at every agent-based validation
+    TaskStatus.LEARNABLE: {TaskStatus.LEARNABLE, TaskStatus.TOO_EASY, TaskStatus.TOO_HARD},
+    TaskStatus.TOO_EASY: {TaskStatus.LEARNABLE, TaskStatus.TOO_EASY, TaskStatus.TOO_HARD},
+    TaskStatus.TOO_HARD: {TaskStatus.LEARNABLE, TaskStatus.TOO_EASY, TaskStatus.TOO_HARD},
+    TaskStatus.REJECTED: set(),
+}
+
+ENGINE_TRANSITIONS: dict[str, set[str]] = {
+    EngineState.STOPPED: {EngineState.STARTING},
+    EngineState.STARTING: {EngineState.CANARY, EngineState.SERVING, EngineState.FAILED, EngineState.STOPPED},
+    EngineState.SERVING: {EngineState.DRAINING, EngineState.FAILED, EngineState.STOPPED},
+    EngineState.DRAINING: {EngineState.SLEEPING, EngineState.FAILED, EngineState.STOPPED},
+    EngineState.SLEEPING: {EngineState.SYNCING, EngineState.WAKING, EngineState.FAILED, EngineState.STOPPED},
+    EngineState.SYNCING: {EngineState.WAKING, EngineState.FAILED, EngineState.STOPPED},
+    EngineState.WAKING: {EngineState.CANARY, EngineState.FAILED, EngineState.STOPPED},
+    EngineState.CANARY: {EngineState.SERVING, EngineState.SYNCING, EngineState.FAILED, EngineState.STOPPED},
+    EngineState.FAILED: {EngineState.STARTING, EngineState.STOPPED},
+}
+
+
+def check_transition(kind: str, table: dict[str, set[str]], old: str, new: str) -> None:
+    if new not in table.get(old, set()):
+        allowed = ", ".join(sorted(table.get(old, set()))) or "none (final state)"
+        raise TransitionError(
+            f"{kind} cannot go from {old!r} to {new!r}",
+            f"from {old!r} a {kind} may go to: {allowed}",
+        )
+
+
+@dataclass(slots=True)
+class Run:
+    id: str
+    status: RunStatus
+    config: dict[str, Any]
+    created_at: float
+    updated_at: float
+
+
+@dataclass(slots=True)
+class Iteration:
+    id: int
+    run_id: str
+    index: int
+    phase: Phase
+    status: IterationStatus
+    policy_version: int
+    started_at: float
+    finished_at: float | None = None
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class Task:
+    id: str
+    run_id: str | None
+    family: str
+    difficulty: int
+    source: str  # "procedural", "self_proposed" or "user"
+    split: Split
+    status: TaskStatus
+    spec: dict[str, Any]  # the task format (see appliance.tasks)
+    reject_reason: str | None = None
+    pass_rate: float | None = None
+    created_at: float = field(default_factory=now)
+
+
+@dataclass(slots=True)
+class Rollout:
+    id: str
+    run_id: str | None
+    task_id: str | None
+    group_id: str | None
+    iteration: int | None
+    harness: str
+    policy_version: int
+    status: RolloutStatus
+    purpose: str = "train"  # train, validate, eval, debug
+    outcome: Outcome | None = None
+    reward: float | None = None
+    error: str | None = None  # the cause of an infra error or failure
+    turns: int = 0
+    started_at: float | None = None
+    finished_at: float | None = None
+    created_at: float = field(default_factory=now)
+
+
+@dataclass(slots=True)
+class ModelCall:
+    """One request that crossed the model boundary, with the exact tokens the engine saw and sampled."""
+
+    id: int | None
+    rollout_id: str
+    seq: int  # order of the call within its rollout
+    status: str  # "ok", or "error" with `error` set
+    request: dict[str, Any]
+    response: dict[str, Any] | None
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]  # one per completion id
+    policy_version: int
+    latency_s: float
+    error: str | None = None
+    created_at: float = field(default_factory=now)
+
+
+@dataclass(slots=True)
+class Sample:
+    """One training sequence: a branch of a rollout's prefix tree."""
+
+    rollout_id: str
+    group_id: str | None
+    branch: int
+    token_ids: list[int]
+    mask: list[int]  # 1 on engine-sampled tokens (trained), 0 on prompt/tool tokens
+    logprobs: list[float]  # engine logprob on sampled positions, 0.0 elsewhere
+    reward: float
+    policy_version: int
+    advantage: float | None = None
+
+
+@dataclass(slots=True)
+class Event:
+    kind: str  # phase, engine, error, info, ...
+    message: str
+    run_id: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    duration_s: float | None = None
+    created_at: float = field(default_factory=now)
+    id: int | None = None
