@@ -79,11 +79,59 @@ class ProxySettings(Section):
     max_concurrency_per_rollout: int = Field(4, ge=1, description="Model calls in flight per rollout.")
 
 
+class TrainingSettings(Section):
+    method: Literal["grpo", "sft", "both"] = Field(
+        "grpo", description="Learning method: GRPO-family RL, SFT on successful trajectories, or both (SFT first)."
+    )
+    loss_type: Literal["grpo", "dapo", "dr_grpo", "gspo"] = Field(
+        "dapo",
+        description="Policy loss, as TRL names them: grpo (per-sequence token mean), dapo (token mean over the batch), "
+        "dr_grpo (fixed-length normaliser, no std scaling), gspo (sequence-level importance ratio).",
+    )
+    full_finetune: bool = Field(False, description="Train all weights instead of a LoRA adapter.")
+    lora_rank: int = Field(16, ge=1, description="LoRA rank r.")
+    lora_alpha: int = Field(32, ge=1, description="LoRA alpha (the update is scaled by alpha / r).")
+    lora_dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the LoRA input.")
+    lora_targets: list[str] = Field(
+        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        description="Module names LoRA adapts (vLLM's LoRA loader supports the attention and MLP projections).",
+    )
+    learning_rate: float = Field(1e-5, gt=0, description="AdamW learning rate (LoRA typically wants ~10x a full fine-tune's).")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient norm clip per optimizer step.")
+    micro_batch_size: int = Field(4, ge=1, description="Sequences per forward pass; gradients accumulate over the step.")
+    epsilon: float = Field(0.2, ge=0, description="PPO clip range below 1 (and above, unless epsilon_high is set).")
+    epsilon_high: float | None = Field(None, ge=0, description="Upper clip range (DAPO's clip-higher uses 0.28).")
+    beta: float = Field(0.0, ge=0, description="KL penalty weight against the reference policy; 0 skips the reference pass.")
+    scale_rewards: bool = Field(
+        True, description="Divide group advantages by the group's reward std (off for dr_grpo, which forbids it)."
+    )
+    min_valid_rollouts: int = Field(
+        2, ge=1, description="Valid (non infra-error) rollouts a group needs to be trained on; smaller groups are dropped."
+    )
+    is_mode: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask", "none"] = Field(
+        "token_truncate",
+        description="Importance-sampling correction against the engine's recorded logprobs (TRL's vLLM modes): "
+        "truncate caps the ratio, mask zeroes tokens whose ratio leaves [is_min, is_cap]; none disables it.",
+    )
+    is_cap: float = Field(3.0, gt=0, description="Upper bound of the engine/trainer importance ratio (TRL uses 3.0).")
+    is_min: float | None = Field(None, ge=0, description="Lower bound of the importance ratio in the mask modes.")
+    max_seq_len: int = Field(4096, ge=16, description="Longest training sequence; longer samples are cut at the end.")
+    sft_epochs: float = Field(1.0, gt=0, description="Epochs of SFT over the successful trajectories of an iteration.")
+    sft_learning_rate: float = Field(2e-5, gt=0, description="SFT learning rate.")
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="Trainer weights dtype; float32 on the CPU keeps the engine/trainer logprob gap ~0."
+    )
+    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward (less memory, ~30% slower).")
+    seed: int = Field(0, description="Seed for LoRA initialisation and data order.")
+
+
 PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
     "cpu": {"engine": {"dtype": "float32", "enforce_eager": True, "enable_sleep_mode": False}},
     "gpu": {
         "engine": {"dtype": "bfloat16", "enforce_eager": False, "enable_sleep_mode": True},
         "sandbox": {"max_concurrent": 32},
+        "training": {"dtype": "bfloat16", "gradient_checkpointing": True},
     },
 }
 
@@ -99,6 +147,7 @@ class Settings(BaseSettings):
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     engine: EngineSettings = Field(default_factory=EngineSettings)
     proxy: ProxySettings = Field(default_factory=ProxySettings)
+    training: TrainingSettings = Field(default_factory=TrainingSettings)
 
     @classmethod
     def settings_customise_sources(

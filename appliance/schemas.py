@@ -237,3 +237,17 @@ class Event:
     duration_s: float | None = None
     created_at: float = field(default_factory=now)
     id: int | None = None
+
+
+@dataclass(slots=True)
+class Checkpoint:
+    """Trained weights the engine can load: a peft adapter folder (`lora`) or a safetensors HF folder (`full`)."""
+
+    run_id: str | None
+    policy_version: int
+    iteration: int | None
+    kind: str  # "lora" or "full"
+    path: str
+    metrics: dict[str, float] = field(default_factory=dict)
+    created_at: float = field(default_factory=now)
+    id: int | None = None

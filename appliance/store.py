@@ -28,6 +28,7 @@ from appliance.schemas import (
     ROLLOUT_TRANSITIONS,
     RUN_TRANSITIONS,
     TASK_TRANSITIONS,
+    Checkpoint,
     EngineState,
     Event,
     Iteration,
@@ -491,6 +492,29 @@ class Store:
             "SELECT step, value FROM metrics WHERE run_id IS ? AND name = ? ORDER BY step, id", (run_id, name))
         return [(r[0], r[1]) for r in rows]
 
+    # --- checkpoints ----------------------------------------------------------------------------
+    def add_checkpoint(self, ckpt: Checkpoint) -> int:
+        with self.write() as c:
+            cur = c.execute(
+                "INSERT INTO checkpoints (run_id, policy_version, iteration, kind, path, metrics, created_at)"
+                " VALUES (?,?,?,?,?,?,?)",
+                (ckpt.run_id, ckpt.policy_version, ckpt.iteration, ckpt.kind, ckpt.path, _json(ckpt.metrics),
+                 ckpt.created_at),
+            )
+            ckpt.id = cur.lastrowid
+            return cur.lastrowid
+
+    def checkpoints(self, run_id: str | None = None) -> list[Checkpoint]:
+        """Oldest first; all runs when `run_id` is None."""
+        sql, args = "SELECT * FROM checkpoints", []
+        if run_id is not None:
+            sql, args = sql + " WHERE run_id = ?", [run_id]
+        return [_checkpoint(r) for r in self.conn.execute(sql + " ORDER BY policy_version, id", args)]
+
+    def latest_checkpoint(self, run_id: str | None = None) -> Checkpoint | None:
+        found = self.checkpoints(run_id)
+        return found[-1] if found else None
+
     def counts(self) -> dict[str, int]:
         """Rows per table: what `appliance status` and doctor show."""
         tables = ["runs", "iterations", "tasks", "rollouts", "model_calls", "samples", "events"]
@@ -519,3 +543,8 @@ def _model_call(r: sqlite3.Row) -> ModelCall:
                      json.loads(r["response"]) if r["response"] else None, unpack_ints(r["prompt_ids"]),
                      unpack_ints(r["completion_ids"]), unpack_floats(r["logprobs"]), r["policy_version"],
                      r["latency_s"], r["error"], r["created_at"])
+
+
+def _checkpoint(r: sqlite3.Row) -> Checkpoint:
+    return Checkpoint(r["run_id"], r["policy_version"], r["iteration"], r["kind"], r["path"],
+                      json.loads(r["metrics"] or "{}"), r["created_at"], r["id"])
