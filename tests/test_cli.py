@@ -1,0 +1,42 @@
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from appliance.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(args: list[str], home: Path, **env: str):
+    return CliRunner().invoke(main, args, env={"APPLIANCE_HOME": str(home), **env}, catch_exceptions=False)
+
+
+@pytest.mark.parametrize("cmd", [[], ["doctor"], ["init"], ["status"], ["version"], ["config"]])
+def test_every_command_has_help(cmd: list[str], tmp_path: Path) -> None:
+    r = run([*cmd, "--help"], tmp_path)
+    assert r.exit_code == 0 and "Usage:" in r.output
+
+
+def test_status_on_an_empty_store(tmp_path: Path) -> None:
+    r = run(["status", "--json"], tmp_path)
+    assert r.exit_code == 0
+    data = json.loads(r.output)
+    assert data["run"] is None and data["engine"]["state"] == "stopped"
+
+
+def test_bad_config_is_an_error_not_a_traceback(tmp_path: Path) -> None:
+    env = {**os.environ, "APPLIANCE_HOME": str(tmp_path), "APPLIANCE_SANDBOX__MEMORY": "", "APPLIANCE_ENGINE__PORT": "80"}
+    out = subprocess.run([str(REPO / ".venv/bin/appliance"), "status"], capture_output=True, text=True, env=env)
+    assert out.returncode == 1
+    assert "engine.port" in out.stderr and "hint:" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_config_lists_keys_with_help(tmp_path: Path) -> None:
+    r = run(["config"], tmp_path)
+    assert r.exit_code == 0
+    assert "engine.dtype = 'float32'" in r.output and "reproduces the trainer" in r.output
