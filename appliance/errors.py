@@ -45,3 +45,7 @@ class EngineError(ApplianceError):
 
 class SetupError(ApplianceError):
     """A one-time set-up step (model conversion, image build) failed."""
+
+
+class TrajectoryError(ApplianceError):
+    """A rollout's recorded model calls break the contract the prefix-tree builder relies on."""
