@@ -515,6 +515,42 @@ class Store:
         found = self.checkpoints(run_id)
         return found[-1] if found else None
 
+    # --- evals and reports ------------------------------------------------------------------------
+    def set_eval(self, run_id: str, iteration: int, policy_version: int, family: str, difficulty: int,
+                 n: int, passed: int) -> None:
+        """Held-out pass@1 of one family x difficulty cell; re-running an evaluation replaces the cell."""
+        with self.write() as c:
+            c.execute(
+                "INSERT INTO evals (run_id, iteration, policy_version, family, difficulty, n, passed, created_at)"
+                " VALUES (?,?,?,?,?,?,?,?) ON CONFLICT (run_id, iteration, family, difficulty) DO UPDATE SET"
+                " policy_version = excluded.policy_version, n = excluded.n, passed = excluded.passed",
+                (run_id, iteration, policy_version, family, difficulty, n, passed, now()),
+            )
+
+    def evals(self, run_id: str, iteration: int | None = None) -> list[dict[str, Any]]:
+        sql, args = "SELECT * FROM evals WHERE run_id = ?", [run_id]
+        if iteration is not None:
+            sql += " AND iteration = ?"
+            args.append(iteration)
+        rows = self.conn.execute(sql + " ORDER BY iteration, family, difficulty", args)
+        return [{k: r[k] for k in ("iteration", "policy_version", "family", "difficulty", "n", "passed")} for r in rows]
+
+    def save_report(self, run_id: str, iteration: int, report: dict[str, Any], markdown: str) -> None:
+        with self.write() as c:
+            c.execute(
+                "INSERT INTO reports (run_id, iteration, json, markdown, created_at) VALUES (?,?,?,?,?)"
+                " ON CONFLICT (run_id, iteration) DO UPDATE SET json = excluded.json, markdown = excluded.markdown",
+                (run_id, iteration, _json(report), markdown, now()),
+            )
+
+    def report(self, run_id: str, iteration: int | None = None) -> tuple[dict[str, Any], str] | None:
+        """The report of one iteration, or the latest one when `iteration` is None."""
+        if iteration is None:
+            row = self._one("SELECT json, markdown FROM reports WHERE run_id = ? ORDER BY iteration DESC LIMIT 1", run_id)
+        else:
+            row = self._one("SELECT json, markdown FROM reports WHERE run_id = ? AND iteration = ?", run_id, iteration)
+        return (json.loads(row["json"]), row["markdown"]) if row else None
+
     def counts(self) -> dict[str, int]:
         """Rows per table: what `appliance status` and doctor show."""
         tables = ["runs", "iterations", "tasks", "rollouts", "model_calls", "samples", "events"]

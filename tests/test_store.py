@@ -179,3 +179,16 @@ def test_a_failed_write_rolls_back(store: Store) -> None:
             c.execute("INSERT INTO runs (id, status, config, created_at, updated_at) VALUES ('x','running','{}',0,0)")
             c.execute("INSERT INTO runs (id, status, config, created_at, updated_at) VALUES ('x','running','{}',0,0)")
     assert store.latest_run() is None
+
+
+def test_evals_and_reports_are_replaced_not_duplicated(store: Store) -> None:
+    store.create_run("r", {})
+    store.set_eval("r", 0, 0, "files", 1, 10, 2)
+    store.set_eval("r", 0, 0, "files", 1, 10, 3)
+    assert store.evals("r") == [{"iteration": 0, "policy_version": 0, "family": "files", "difficulty": 1, "n": 10, "passed": 3}]
+    store.save_report("r", 0, {"a": 1}, "# one")
+    store.save_report("r", 0, {"a": 2}, "# two")
+    store.save_report("r", 1, {"a": 3}, "# three")
+    assert store.report("r", 0) == ({"a": 2}, "# two")
+    assert store.report("r") == ({"a": 3}, "# three")
+    assert store.report("r", 7) is None
