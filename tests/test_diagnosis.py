@@ -1,0 +1,55 @@
+from appliance.diagnosis import build_report, failure_mode
+from appliance.schemas import Outcome, Rollout, RolloutStatus, Split, Task, TaskStatus
+from appliance.store import Store
+
+
+def _finish(store: Store, rid: str, task: str, outcome: Outcome, error: str | None = None) -> None:
+    store.add_rollout(Rollout(rid, "r", task, "g", 1, "builtin", 1, RolloutStatus.PENDING))
+    store.start_rollout(rid)
+    store.finish_rollout(rid, outcome, 1.0 if outcome == Outcome.SUCCESS else 0.0, error=error)
+
+
+def test_report_counts_pass_rates_modes_trend_and_regressions(store: Store) -> None:
+    store.create_run("r", {})
+    store.add_task(Task("t1", "r", "files", 1, "procedural", Split.TRAIN, TaskStatus.PROPOSED, {}))
+    store.set_task_status("t1", TaskStatus.VALID)
+    store.set_task_status("t1", TaskStatus.LEARNABLE, pass_rate=0.5)
+    _finish(store, "a", "t1", Outcome.SUCCESS)
+    _finish(store, "b", "t1", Outcome.FAILURE, "wrong_answer: verifier failed")
+    _finish(store, "c", "t1", Outcome.TRUNCATED, "turn_limit: 8 turns")
+    _finish(store, "d", "t1", Outcome.INFRA_ERROR, "infra: sandbox died")
+    store.set_eval("r", 0, 0, "files", 1, 10, 5)
+    store.set_eval("r", 0, 0, "text", 1, 10, 2)
+    store.set_eval("r", 1, 1, "files", 1, 10, 7)
+    store.set_eval("r", 1, 1, "text", 1, 10, 1)
+
+    calls = []
+    report, md = build_report(store, "r", 1, generate_text=lambda p: calls.append(p) or "I am weak at text.")
+    assert report["heldout_pass_at_1"] == 8 / 20
+    assert [t["pass_at_1"] for t in report["trend"]] == [7 / 20, 8 / 20]
+    assert report["train"]["files"]["1"] == {"n": 3, "passed": 1, "pass_rate": 1 / 3}  # infra excluded
+    assert report["failure_modes"] == {"wrong_answer": 1, "turn_limit": 1, "infra:sandbox": 1}
+    assert report["infra_error_rate"] == 0.25
+    assert report["regressions"] == [{"family": "text", "difficulty": 1, "before": 0.2, "after": 0.1}]
+    assert report["weak_families"][0] == "text"
+    assert report["band"] == {"files": {"learnable": 1}}
+    assert report["analysis"] == "I am weak at text." and "text" in calls[0]
+    assert "Held-out pass@1:** 40.0%" in md and "| files | 7/10 |" in md
+
+
+def test_analysis_failure_does_not_break_the_report(store: Store) -> None:
+    store.create_run("r", {})
+
+    def busy(_: str) -> str:
+        raise RuntimeError("engine sleeping")
+
+    report, md = build_report(store, "r", 0, generate_text=busy)
+    assert report["heldout_pass_at_1"] is None and "engine sleeping" in report["analysis"]
+    assert "n/a" in md
+
+
+def test_failure_mode_defaults() -> None:
+    r = Rollout("x", None, None, None, 0, "h", 0, RolloutStatus.FINISHED, outcome=Outcome.TRUNCATED)
+    assert failure_mode(r) == "turn_limit"
+    r.outcome = Outcome.SUCCESS
+    assert failure_mode(r) is None
