@@ -35,6 +35,9 @@ class PodmanSettings(Section):
         None, description="Image and container storage; default $APPLIANCE_HOME/containers/storage."
     )
     storage_driver: str = Field("overlay", description="containers/storage driver (overlay or vfs).")
+    additional_image_stores: list[Path] = Field(
+        default_factory=list, description="Read-only image stores shared into this root (storage.conf additionalimagestores)."
+    )
 
 
 class SandboxSettings(Section):
@@ -104,7 +107,7 @@ class TrainingSettings(Section):
     epsilon_high: float | None = Field(None, ge=0, description="Upper clip range (DAPO's clip-higher uses 0.28).")
     beta: float = Field(0.0, ge=0, description="KL penalty weight against the reference policy; 0 skips the reference pass.")
     scale_rewards: bool = Field(
-        True, description="Divide group advantages by the group's reward std (off for dr_grpo, which forbids it)."
+        True, description="Divide group advantages by the group's reward std (always off for dr_grpo, whose point is not to)."
     )
     min_valid_rollouts: int = Field(
         2, ge=1, description="Valid (non infra-error) rollouts a group needs to be trained on; smaller groups are dropped."

@@ -1,0 +1,179 @@
+"""The policy trainer: loads the policy (LoRA adapter by default, all weights by option), takes GRPO steps
+on grouped samples, saves checkpoints the engine can load, and resumes from them.
+
+A checkpoint folder is exactly what the engine loads, plus a `trainer/` subfolder with the optimizer
+state: `lora` = a peft adapter folder (adapter_config.json + adapter_model.safetensors, what vLLM's
+/v1/load_lora_adapter reads; the engine keeps serving the base model underneath), `full` = a safetensors
+Hugging Face folder with config and tokenizer (what vLLM's reload_weights reads).
+
+One optimizer step per `grpo_step` call: the samples of a step are the fresh rollouts of the current
+policy version, so the PPO ratio starts at 1 (TRL's num_iterations=1); micro-batches accumulate gradients.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from appliance.config import TrainingSettings
+from appliance.errors import ApplianceError
+from appliance.schemas import Sample
+from appliance.training.advantages import GroupedBatch
+from appliance.training.loss import Normaliser, PackedBatch, engine_is_ratio, pack, policy_loss, token_logps
+
+OPTIMIZER_FILE = "trainer/optimizer.pt"
+
+
+class TrainingError(ApplianceError):
+    """The trainer could not load the policy, a checkpoint, or train on the samples it was given."""
+
+
+def pick_device() -> torch.device:
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+class PolicyTrainer:
+    def __init__(self, cfg: TrainingSettings, base_model: Path, *, resume_from: Path | None = None,
+                 resume_kind: str | None = None, device: torch.device | None = None) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.cfg = cfg
+        self.base_model = Path(base_model)
+        self.device = device or pick_device()
+        self.kind = "full" if cfg.full_finetune else "lora"
+        if resume_kind is not None and resume_kind != self.kind:
+            raise TrainingError(
+                f"the latest checkpoint is a {resume_kind!r} checkpoint but training.full_finetune asks for {self.kind!r}",
+                "keep training.full_finetune as it was for this run, or start a new run",
+            )
+        dtype = getattr(torch, cfg.dtype)
+        weights = resume_from if (resume_from is not None and self.kind == "full") else self.base_model
+        if not (weights / "config.json").exists():
+            raise TrainingError(f"no Hugging Face model folder at {weights}",
+                                "run `appliance init` to convert the bundled model, or set engine.model")
+        torch.manual_seed(cfg.seed)
+        self.tokenizer = AutoTokenizer.from_pretrained(weights)
+        model = AutoModelForCausalLM.from_pretrained(weights, dtype=dtype)
+        if self.kind == "lora":
+            from peft import LoraConfig, PeftModel, get_peft_model
+
+            if resume_from is not None:
+                model = PeftModel.from_pretrained(model, resume_from, is_trainable=True)
+            else:
+                model = get_peft_model(model, LoraConfig(
+                    r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                    target_modules=list(cfg.lora_targets), task_type="CAUSAL_LM"))
+        if cfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+            if self.kind == "lora":
+                model.enable_input_require_grads()
+        self.model = model.to(self.device)
+        self.ref_model = None
+        if cfg.beta != 0.0 and self.kind == "full":
+            # With LoRA the reference is the same model with the adapter disabled; a full fine-tune needs a copy.
+            self.ref_model = AutoModelForCausalLM.from_pretrained(self.base_model, dtype=dtype).to(self.device).eval()
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        if resume_from is not None and (resume_from / OPTIMIZER_FILE).exists():
+            self.optimizer.load_state_dict(torch.load(resume_from / OPTIMIZER_FILE, map_location=self.device))
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+
+    # --- GRPO ---------------------------------------------------------------------------------
+    def pack(self, samples: list[Sample]) -> PackedBatch:
+        return pack([s.token_ids for s in samples], [s.mask for s in samples], [s.logprobs for s in samples],
+                    [float(s.advantage or 0.0) for s in samples], pad_id=self.pad_id, max_len=self.cfg.max_seq_len)
+
+    def logps(self, samples: list[Sample]) -> list[list[float]]:
+        """The trainer's logprob of every token given its prefix (0.0 for token 0): the engine's counterpart."""
+        out = []
+        self.model.eval()
+        with torch.no_grad():
+            for i in range(0, len(samples), self.cfg.micro_batch_size):
+                chunk = samples[i: i + self.cfg.micro_batch_size]
+                b = self.pack(chunk)
+                lp = token_logps(self.model, b.input_ids.to(self.device), b.attention_mask.to(self.device)).cpu()
+                out += [[0.0] + lp[j, : len(s.token_ids) - 1].tolist() for j, s in enumerate(chunk)]
+        return out
+
+    def grpo_step(self, batch: GroupedBatch) -> dict[str, float]:
+        """One optimizer step on the grouped samples; returns the step's metrics (see `appliance train`)."""
+        cfg, t0 = self.cfg, time.perf_counter()
+        metrics: dict[str, float] = {
+            "reward_mean": batch.reward_mean, "reward_std": batch.reward_std,
+            "valid_groups": batch.valid_groups, "dropped_groups": batch.dropped_groups,
+            "zero_std_groups": batch.zero_std_groups, "infra_error_rate": batch.infra_error_rate,
+            "rollouts": batch.rollouts, "samples": len(batch.samples),
+        }
+        trainable = [s for s in batch.samples if any(s.mask[1: cfg.max_seq_len])]
+        if not trainable:
+            metrics.update(loss=0.0, trained_tokens=0, step_time_s=time.perf_counter() - t0, tokens_per_s=0.0)
+            return metrics
+        micro = [self.pack(trainable[i: i + cfg.micro_batch_size])
+                 for i in range(0, len(trainable), cfg.micro_batch_size)]
+        norm = Normaliser(sequences=len(trainable), tokens=sum(b.trained_tokens for b in micro), max_len=cfg.max_seq_len)
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_total, seen_tokens = 0.0, 0
+        gaps, ratios, clipped, weights, extra = [], [], [], [], []
+        for b in micro:
+            ids, attn = b.input_ids.to(self.device), b.attention_mask.to(self.device)
+            mask, adv, eng = b.mask.to(self.device), b.advantages.to(self.device), b.engine_logps.to(self.device)
+            logps = token_logps(self.model, ids, attn)
+            old = logps.detach()
+            ref = self._ref_logps(ids, attn) if cfg.beta != 0.0 else None
+            is_ratio, is_stats = (engine_is_ratio(old, eng, mask, cfg) if cfg.is_mode != "none" else (None, None))
+            loss, stats = policy_loss(logps, old, ref, is_ratio, mask, adv, cfg, norm)
+            loss.backward()
+            loss_total += float(loss.detach())
+            seen_tokens += int(attn.sum())
+            gaps.append((old - eng).abs()[mask > 0])
+            if is_stats is not None:
+                w = is_stats["weight_mask"] > 0
+                ratios.append(is_stats["raw"][w])
+                clipped.append(is_stats["clipped"][w])
+                weights.append(int(w.sum()))
+            extra.append((stats, int(mask.sum())))
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            [p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        step_time = time.perf_counter() - t0
+        gap = torch.cat(gaps)
+        metrics.update(
+            loss=loss_total, grad_norm=float(grad_norm), trained_tokens=norm.tokens, tokens=seen_tokens,
+            step_time_s=step_time, tokens_per_s=seen_tokens / step_time,
+            logprob_gap_mean=float(gap.mean()), logprob_gap_max=float(gap.max()),
+        )
+        if ratios:
+            r, c = torch.cat(ratios), torch.cat(clipped)
+            metrics.update(is_ratio_mean=float(r.mean()), is_ratio_min=float(r.min()), is_ratio_max=float(r.max()),
+                           is_clipped_frac=float(c.float().mean()))
+        total = sum(n for _, n in extra) or 1
+        for key in {k for s, _ in extra for k in s}:
+            metrics[key] = sum(s.get(key, 0.0) * n for s, n in extra) / total
+        return metrics
+
+    def _ref_logps(self, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            if self.ref_model is not None:
+                return token_logps(self.ref_model, ids, attn)
+            with self.model.disable_adapter():
+                return token_logps(self.model, ids, attn)
+
+    # --- checkpoints ------------------------------------------------------------------------------
+    def save(self, dest: Path) -> str:
+        """Write the engine-loadable weights and the optimizer state to `dest`; returns the kind."""
+        dest.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(dest, safe_serialization=True)
+        if self.kind == "full":
+            self.tokenizer.save_pretrained(dest)
+        (dest / OPTIMIZER_FILE).parent.mkdir(exist_ok=True)
+        torch.save(self.optimizer.state_dict(), dest / OPTIMIZER_FILE)
+        return self.kind
+
+    def trainable_state(self) -> dict[str, Any]:
+        """A detached copy of the trained parameters (the LoRA weights, or every weight)."""
+        return {n: p.detach().clone().cpu() for n, p in self.model.named_parameters() if p.requires_grad}
