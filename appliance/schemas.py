@@ -251,3 +251,32 @@ class Checkpoint:
     metrics: dict[str, float] = field(default_factory=dict)
     created_at: float = field(default_factory=now)
     id: int | None = None
+
+
+class ControlCommand(StrEnum):
+    """What a person can ask of a running loop (from the TUI or `appliance pause|resume|step|stop`)."""
+
+    PAUSE = "pause"  # finish the unit of work in hand, then wait (run status -> paused)
+    RESUME = "resume"  # paused -> running
+    STEP = "step"  # while paused: run the next phase, then pause again
+    STOP_AFTER_ITERATION = "stop_after_iteration"  # finish the current iteration, then stop
+
+
+class ControlStatus(StrEnum):
+    PENDING = "pending"  # written by the requester, not yet seen by the loop
+    DONE = "done"  # the loop acted on it; `result` says what it did
+    REFUSED = "refused"  # the loop could not act on it; `result` says why
+    EXPIRED = "expired"  # no loop answered before the requester gave up
+
+
+@dataclass(slots=True)
+class Control:
+    """One control request and, once the loop has answered, its result."""
+
+    id: int
+    run_id: str
+    command: ControlCommand
+    status: ControlStatus
+    result: str | None
+    created_at: float
+    acked_at: float | None = None

@@ -13,7 +13,7 @@ import json
 import sqlite3
 import threading
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,9 @@ from appliance.schemas import (
     RUN_TRANSITIONS,
     TASK_TRANSITIONS,
     Checkpoint,
+    Control,
+    ControlCommand,
+    ControlStatus,
     EngineState,
     Event,
     Iteration,
@@ -124,6 +127,25 @@ def m002_engine_and_routes(db: sqlite_utils.Database) -> None:
         INSERT INTO engine (id, state, policy_version, updated_at) VALUES (1, 'stopped', 0, 0);
         ALTER TABLE rollouts ADD COLUMN route_hash TEXT;
         CREATE UNIQUE INDEX rollouts_by_route ON rollouts (route_hash);
+        """
+    )
+
+
+@migrations()
+def m003_controls_and_tui_reads(db: sqlite_utils.Database) -> None:
+    # controls: the channel from the TUI / CLI to the loop. The requester inserts a pending row; the loop
+    # answers it (done / refused) at its next safe point; a requester that gave up marks it expired.
+    # The indexes serve the TUI's screens: per-step rollout counts and group pages straight from the
+    # index (no table reads at 100k rollouts) and the phase timeline without scanning every event.
+    db.executescript(
+        """
+        CREATE TABLE controls (
+            id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, command TEXT NOT NULL, status TEXT NOT NULL,
+            result TEXT, created_at REAL NOT NULL, acked_at REAL);
+        CREATE INDEX controls_by_run ON controls (run_id, status, id);
+        CREATE INDEX rollouts_by_step ON rollouts (run_id, iteration, purpose, group_id, status, outcome, reward,
+                                                  task_id);
+        CREATE INDEX events_by_kind ON events (run_id, kind, id);
         """
     )
 
@@ -551,6 +573,131 @@ class Store:
             row = self._one("SELECT json, markdown FROM reports WHERE run_id = ? AND iteration = ?", run_id, iteration)
         return (json.loads(row["json"]), row["markdown"]) if row else None
 
+    # --- controls: requests from the TUI / CLI that the loop answers ------------------------------
+    def request_control(self, run_id: str, command: ControlCommand) -> Control:
+        with self.write() as c:
+            if c.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
+                raise NotFoundError(f"no run {run_id!r}", "`appliance status` shows the runs in this store")
+            cur = c.execute("INSERT INTO controls (run_id, command, status, created_at) VALUES (?,?,?,?)",
+                            (run_id, ControlCommand(command), ControlStatus.PENDING, now()))
+        return self.get_control(cur.lastrowid)
+
+    def get_control(self, control_id: int) -> Control:
+        row = self._one("SELECT * FROM controls WHERE id = ?", control_id)
+        if row is None:
+            raise NotFoundError(f"no control request {control_id}")
+        return _control(row)
+
+    def pending_controls(self, run_id: str) -> list[Control]:
+        """Oldest first: the loop answers requests in the order they were made."""
+        rows = self.conn.execute("SELECT * FROM controls WHERE run_id = ? AND status = ? ORDER BY id",
+                                 (run_id, ControlStatus.PENDING))
+        return [_control(r) for r in rows]
+
+    def ack_control(self, control_id: int, result: str, *, status: ControlStatus = ControlStatus.DONE) -> bool:
+        """Answer a pending request; False when it was answered (or expired) already, so that a loop and a
+        requester that gives up at the same moment cannot both win."""
+        with self.write() as c:
+            cur = c.execute("UPDATE controls SET status = ?, result = ?, acked_at = ? WHERE id = ? AND status = ?",
+                            (ControlStatus(status), result, now(), control_id, ControlStatus.PENDING))
+            return cur.rowcount == 1
+
+    def controls(self, run_id: str, *, limit: int = 20) -> list[Control]:
+        """Newest first: the history the TUI's controls screen shows."""
+        rows = self.conn.execute("SELECT * FROM controls WHERE run_id = ? ORDER BY id DESC LIMIT ?", (run_id, limit))
+        return [_control(r) for r in rows]
+
+    # --- bulk loads (benchmarks, tests, imports): one transaction, no per-row checks --------------
+    def add_rollouts(self, rollouts: Iterable[Rollout]) -> int:
+        with self.write() as c:
+            cur = c.executemany(
+                "INSERT OR IGNORE INTO rollouts (id, run_id, task_id, group_id, iteration, harness, policy_version,"
+                " status, purpose, outcome, reward, error, turns, started_at, finished_at, created_at)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                ((r.id, r.run_id, r.task_id, r.group_id, r.iteration, r.harness, r.policy_version, r.status,
+                  r.purpose, r.outcome, r.reward, r.error, r.turns, r.started_at, r.finished_at, r.created_at)
+                 for r in rollouts),
+            )
+            return cur.rowcount
+
+    def add_model_calls(self, calls: Iterable[ModelCall]) -> int:
+        """Calls with their `seq` set (unlike `add_model_call`, nothing is assigned here)."""
+        with self.write() as c:
+            cur = c.executemany(
+                "INSERT INTO model_calls (rollout_id, seq, status, request, response, prompt_ids, completion_ids,"
+                " logprobs, policy_version, latency_s, error, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                ((m.rollout_id, m.seq, m.status, _json(m.request), _json(m.response), pack_ints(m.prompt_ids),
+                  pack_ints(m.completion_ids), pack_floats(m.logprobs), m.policy_version, m.latency_s, m.error,
+                  m.created_at) for m in calls),
+            )
+            return cur.rowcount
+
+    # --- reads for the TUI: aggregates and pages, never whole tables ------------------------------
+    def phase_events(self, run_id: str, iteration: int) -> list[Event]:
+        """The `phase` events of one iteration (data.iteration), oldest first: the phase timeline."""
+        rows = self.conn.execute(
+            "SELECT * FROM events WHERE run_id = ? AND kind = 'phase' AND json_extract(data, '$.iteration') = ?"
+            " ORDER BY id", (run_id, iteration))
+        return [_event(r) for r in rows]
+
+    def latest_events(self, run_id: str | None, *, limit: int = 20, kinds: tuple[str, ...] = ()) -> list[Event]:
+        """The newest events of a run (and run-less ones such as engine moves), newest first."""
+        sql, args = "SELECT * FROM events WHERE (run_id IS ? OR run_id IS NULL)", [run_id]
+        if kinds:
+            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
+            args.extend(kinds)
+        return [_event(r) for r in self.conn.execute(sql + " ORDER BY id DESC LIMIT ?", (*args, limit))]
+
+    def rollout_counts(self, run_id: str, iteration: int) -> dict[str, int]:
+        """Rollouts of one iteration (every purpose) by status and by outcome, e.g. {"running": 3, "success": 5}."""
+        counts: dict[str, int] = {}
+        rows = self.conn.execute("SELECT status, outcome, COUNT(*) FROM rollouts WHERE run_id = ? AND iteration = ?"
+                                 " GROUP BY status, outcome", (run_id, iteration))
+        for status, outcome, n in rows:
+            counts[status] = counts.get(status, 0) + n
+            if outcome:
+                counts[outcome] = counts.get(outcome, 0) + n
+        return counts
+
+    def rollout_groups(self, run_id: str, iteration: int, *, purpose: str = "train", limit: int = 50,
+                       offset: int = 0) -> list[dict[str, Any]]:
+        """One page of the GRPO groups of a step with their tallies; the task is joined for the page only."""
+        rows = self.conn.execute(
+            "SELECT g.*, t.family, t.difficulty FROM (SELECT group_id, MIN(task_id) AS task_id, COUNT(*) AS n,"
+            " SUM(status = 'running') AS running, SUM(status = 'finished') AS finished,"
+            " SUM(outcome = 'success') AS success, SUM(outcome = 'infra_error') AS infra_error,"
+            " AVG(reward) AS reward FROM rollouts WHERE run_id = ? AND iteration = ? AND purpose = ?"
+            " GROUP BY group_id ORDER BY group_id LIMIT ? OFFSET ?) AS g LEFT JOIN tasks t ON t.id = g.task_id",
+            (run_id, iteration, purpose, limit, offset))
+        return [dict(r) for r in rows]
+
+    def group_count(self, run_id: str, iteration: int, *, purpose: str = "train") -> int:
+        return self._one("SELECT COUNT(DISTINCT group_id) FROM rollouts WHERE run_id = ? AND iteration = ?"
+                         " AND purpose = ?", run_id, iteration, purpose)[0]
+
+    def task_matrix(self, run_id: str | None) -> list[tuple[str, int, str, str, int]]:
+        """(family, difficulty, split, status, count) over the task pool."""
+        rows = self.conn.execute("SELECT family, difficulty, split, status, COUNT(*) FROM tasks WHERE run_id IS ?"
+                                 " GROUP BY family, difficulty, split, status ORDER BY family, difficulty",
+                                 (run_id,))
+        return [tuple(r) for r in rows]
+
+    def tasks_page(self, run_id: str | None, family: str, difficulty: int, *, limit: int = 50,
+                   offset: int = 0) -> list[Task]:
+        rows = self.conn.execute("SELECT * FROM tasks WHERE run_id IS ? AND family = ? AND difficulty = ?"
+                                 " ORDER BY created_at, id LIMIT ? OFFSET ?", (run_id, family, difficulty, limit, offset))
+        return [_task(r) for r in rows]
+
+    def heldout_curve(self, run_id: str) -> list[tuple[int, float]]:
+        """Held-out pass@1 per iteration over all families (from `evals`)."""
+        rows = self.conn.execute("SELECT iteration, 1.0 * SUM(passed) / SUM(n) FROM evals WHERE run_id = ?"
+                                 " AND n > 0 GROUP BY iteration ORDER BY iteration", (run_id,))
+        return [(r[0], r[1]) for r in rows]
+
+    def report_iterations(self, run_id: str) -> list[int]:
+        return [r[0] for r in self.conn.execute("SELECT iteration FROM reports WHERE run_id = ? ORDER BY iteration",
+                                                (run_id,))]
+
     def counts(self) -> dict[str, int]:
         """Rows per table: what `appliance status` and doctor show."""
         tables = ["runs", "iterations", "tasks", "rollouts", "model_calls", "samples", "events"]
@@ -584,3 +731,13 @@ def _model_call(r: sqlite3.Row) -> ModelCall:
 def _checkpoint(r: sqlite3.Row) -> Checkpoint:
     return Checkpoint(r["run_id"], r["policy_version"], r["iteration"], r["kind"], r["path"],
                       json.loads(r["metrics"] or "{}"), r["created_at"], r["id"])
+
+
+def _event(r: sqlite3.Row) -> Event:
+    return Event(r["kind"], r["message"], r["run_id"], json.loads(r["data"] or "{}"), r["duration_s"],
+                 r["created_at"], r["id"])
+
+
+def _control(r: sqlite3.Row) -> Control:
+    return Control(r["id"], r["run_id"], ControlCommand(r["command"]), ControlStatus(r["status"]), r["result"],
+                   r["created_at"], r["acked_at"])
