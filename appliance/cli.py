@@ -140,5 +140,48 @@ def status(ctx: click.Context, as_json: bool) -> None:
     emit(data, as_json, human)
 
 
+@main.group()
+def sandbox() -> None:
+    """Podman sandboxes: run a command in one, clean up leftovers."""
+
+
+@sandbox.command("exec", context_settings={"ignore_unknown_options": True})
+@click.option("--json", "as_json", is_flag=True, help="Print exit_code, stdout, stderr, duration_s as JSON.")
+@click.option("--workspace", type=click.Path(path_type=Path), default=None,
+              help="Host directory mounted at /workspace (its files become owned by uid 1000); default: a fresh empty one.")
+@click.option("--timeout", type=float, default=None, help="Time limit of the command in seconds (default sandbox.command_timeout_s).")
+@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.pass_context
+@friendly_errors
+def sandbox_exec(ctx: click.Context, as_json: bool, workspace: Path | None, timeout: float | None,
+                 cmd: tuple[str, ...]) -> None:
+    """Run CMD in a fresh hardened sandbox and print its output; exits with CMD's exit code.
+
+    One argument is a bash command line (`-- 'ls | wc -l'`); several are the argv (`-- python3 -V`).
+    """
+    from appliance.sandbox import Sandbox
+
+    with Sandbox.start(settings_of(ctx), workspace=workspace) as sb:
+        result = sb.exec(cmd[0] if len(cmd) == 1 else list(cmd), timeout=timeout)
+    if as_json:
+        click.echo(json.dumps(result.as_dict(), indent=2))
+    else:
+        click.echo(result.stdout, nl=False)
+        click.echo(result.stderr, nl=False, err=True)
+        if result.timed_out:
+            click.secho(f"killed after the time limit ({result.duration_s:.1f} s)", fg="red", err=True)
+    sys.exit(result.exit_code)
+
+
+@sandbox.command("sweep")
+@click.pass_context
+@friendly_errors
+def sandbox_sweep(ctx: click.Context) -> None:
+    """Remove every appliance sandbox container (leftovers of a killed run)."""
+    from appliance.sandbox import sweep
+
+    click.echo(f"removed {sweep(settings_of(ctx))} sandbox(es)")
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,164 @@
+"""The appliance's own Podman: config files, environment, one CLI runner, and the label sweep.
+
+Every podman call of the appliance goes through `podman()` with `podman_env(settings)`, which points
+podman at containers.conf / storage.conf under `settings.podman_dir` instead of the system files. Each
+storage root gets its own tmp dir, lock files and network config dir, so an isolated root (one per test
+session) never shares lock numbers with the main one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from appliance.config import Settings
+from appliance.errors import SandboxError
+
+LABEL = "appliance.sandbox"  # every container the appliance starts carries it; sweeps select by it
+OWNER_LABEL = "appliance.owner_pid"
+PODMAN_HINT = "run scripts/setup, or `apt-get install podman runc conmon catatonit fuse-overlayfs uidmap`"
+
+
+def _toml_list(paths: Sequence[Path | str]) -> str:
+    return "[" + ", ".join(f'"{p}"' for p in paths) + "]"
+
+
+def run_root(settings: Settings) -> Path:
+    """Volatile per-root state (runroot, tmp_dir, locks): on /run so a reboot clears stale state."""
+    key = hashlib.sha256(str(settings.podman_graphroot).encode()).hexdigest()[:12]
+    base = Path("/run") if os.access("/run", os.W_OK) else settings.home / "run"
+    return base / "appliance-podman" / key
+
+
+def write_podman_config(settings: Settings) -> None:
+    """Write containers.conf and storage.conf for this storage root; idempotent, never touches /etc."""
+    rr = run_root(settings)
+    settings.podman_dir.mkdir(parents=True, exist_ok=True)
+    settings.podman_graphroot.mkdir(parents=True, exist_ok=True)
+    # default_ulimits = []: root here lacks CAP_SYS_RESOURCE, podman's default nofile limit fails.
+    # json-file: podman-py's run() returns None with k8s-file. runc: crun fails on cgroup v1 hybrid.
+    containers_conf = f"""# written by appliance (write_podman_config); edits are overwritten
+[containers]
+default_ulimits = []
+log_driver = "json-file"
+
+[engine]
+runtime = "{settings.podman.runtime}"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+events_logfile_path = "{rr / 'events.log'}"
+tmp_dir = "{rr / 'tmp'}"
+lock_type = "file"
+volume_path = "{settings.podman_graphroot / 'volumes'}"
+
+[network]
+network_config_dir = "{settings.podman_dir / 'networks'}"
+"""
+    storage_conf = f"""# written by appliance (write_podman_config); edits are overwritten
+[storage]
+driver = "{settings.podman.storage_driver}"
+graphroot = "{settings.podman_graphroot}"
+runroot = "{rr / 'runroot'}"
+
+[storage.options]
+additionalimagestores = {_toml_list(settings.podman.additional_image_stores)}
+"""
+    for name, text in (("containers.conf", containers_conf), ("storage.conf", storage_conf)):
+        path = settings.podman_dir / name
+        if not path.exists() or path.read_text() != text:
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(text)
+            tmp.replace(path)
+
+
+def podman_env(settings: Settings) -> dict[str, str]:
+    env = dict(os.environ)
+    env["CONTAINERS_CONF"] = str(settings.podman_dir / "containers.conf")
+    env["CONTAINERS_STORAGE_CONF"] = str(settings.podman_dir / "storage.conf")
+    # A user's registries.conf/policy.json could make --pull=never builds reach out; none is needed.
+    env.pop("CONTAINER_HOST", None)
+    env.pop("CONTAINER_CONNECTION", None)
+    return env
+
+
+def podman_bin() -> str:
+    path = shutil.which("podman")
+    if path is None:
+        raise SandboxError("podman is not installed (not on PATH)", PODMAN_HINT)
+    return path
+
+
+def podman(settings: Settings, *args: str, timeout: float | None = 120, input: bytes | None = None,
+           check: bool = True) -> subprocess.CompletedProcess[bytes]:
+    """Run `podman ARGS` with the appliance's config; raise SandboxError with podman's stderr on failure."""
+    if not (settings.podman_dir / "containers.conf").exists():
+        write_podman_config(settings)
+    cmd = [podman_bin(), *args]
+    try:
+        proc = subprocess.run(cmd, env=podman_env(settings), input=input, capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise SandboxError(f"`podman {' '.join(args[:3])} ...` did not finish within {timeout} s",
+                           "check `podman ps` for a stuck container; `appliance doctor` tests podman") from e
+    if check and proc.returncode != 0:
+        err = proc.stderr.decode(errors="replace").strip()
+        raise SandboxError(f"`podman {' '.join(args[:3])} ...` failed (exit {proc.returncode}): {err}",
+                           "`appliance doctor` runs a sandbox end to end and explains podman problems")
+    return proc
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep(settings: Settings, *, orphans_only: bool = False) -> int:
+    """Remove every appliance container of this storage root; return how many were removed.
+
+    Called at start-up and shutdown. `orphans_only` keeps the containers whose owning process is still
+    alive (a second process sharing the root), removing only the leftovers of a killed one.
+    """
+    if shutil.which("podman") is None:
+        return 0
+    out = podman(settings, "ps", "-a", "--filter", f"label={LABEL}", "--format",
+                 f'{{{{.ID}}}} {{{{index .Labels "{OWNER_LABEL}"}}}}', timeout=60).stdout.decode()
+    ids = []
+    for line in out.splitlines():
+        cid, _, owner = line.partition(" ")
+        if orphans_only and owner.strip().isdigit() and _pid_alive(int(owner)):
+            continue
+        ids.append(cid)
+    if ids:
+        podman(settings, "rm", "-f", "-t", "0", "--ignore", *ids, timeout=120)
+    _sweep_dirs(settings, keep=set() if not orphans_only else _live_names(settings))
+    return len(ids)
+
+
+def _live_names(settings: Settings) -> set[str]:
+    out = podman(settings, "ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}", timeout=60)
+    return set(out.stdout.decode().split())
+
+
+def _sweep_dirs(settings: Settings, keep: set[str]) -> None:
+    """Socket dirs and auto-created workspaces are named after their container; drop the dead ones."""
+    for parent in (settings.sockets_dir, settings.home / "sandboxes"):
+        if parent.is_dir():
+            for d in parent.iterdir():
+                if d.name not in keep:
+                    shutil.rmtree(d, ignore_errors=True)
+
+
+def kill_quietly(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,449 @@
+"""One sandbox: a hardened, labelled Podman container with a host workspace bind-mounted at /workspace.
+
+`Sandbox.start(...)` runs the container detached with every limit from `settings.sandbox`; `exec` runs one
+command under `timeout -s KILL` inside (killing a `podman exec` client would not kill its process);
+`shell()` keeps one bash for many commands; `put`/`get` move files and trees as tar streams through
+`podman exec`, so paths resolve inside the container and a symlink planted by the agent cannot reach host
+files. `stop()` removes the container; a live-sandbox registry removes the rest at exit and on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import atexit
+import io
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import tarfile
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path, PurePosixPath
+from typing import IO, Any
+
+from appliance.config import Settings
+from appliance.errors import SandboxError
+from appliance.sandbox.door import DOOR_PORT, DoorListener, ModelDoor
+from appliance.sandbox.image import image_ref
+from appliance.sandbox.podman import LABEL, OWNER_LABEL, podman, podman_bin, podman_env
+
+AGENT_UID = 1000
+DOOR_MOUNT = "/door"
+# A podman exec client that outlives the in-sandbox timeout by this much is stuck; kill it host-side.
+CLIENT_GRACE_S = 15.0
+
+
+@dataclass(slots=True)
+class ExecResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+    duration_s: float
+    timed_out: bool = False
+    truncated: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _Capture:
+    """Keeps the first `limit` bytes of a stream and counts the rest, so memory stays bounded.
+
+    With a `token`, the stream ends at the token; the bytes after it up to a newline are the `trailer`
+    (the persistent shell prints the exit code there).
+    """
+
+    def __init__(self, limit: int, token: bytes | None = None) -> None:
+        self.limit, self.token = limit, token
+        self.kept = bytearray()
+        self.dropped = 0
+        self.window = bytearray()
+        self.found = False
+        self.trailer: bytes | None = None
+
+    def _commit(self, data: bytes | bytearray) -> None:
+        room = self.limit - len(self.kept)
+        self.kept += data[:room]
+        self.dropped += max(0, len(data) - room)
+
+    def feed(self, data: bytes) -> bool:
+        """Take a chunk; True once the token and its trailer have arrived."""
+        if self.token is None:
+            self._commit(data)
+            return False
+        self.window += data
+        if not self.found:
+            i = self.window.find(self.token)
+            if i < 0:
+                keep = len(self.window) - (len(self.token) - 1)
+                if keep > 0:
+                    self._commit(self.window[:keep])
+                    del self.window[:keep]
+                return False
+            self._commit(self.window[:i])
+            del self.window[: i + len(self.token)]
+            self.found = True
+        j = self.window.find(b"\n")
+        if j < 0:
+            return False
+        self.trailer = bytes(self.window[:j])
+        return True
+
+    def text(self) -> str:
+        out = self.kept.decode(errors="replace")
+        if self.dropped:
+            out += f"\n[appliance: output truncated, {self.dropped} more bytes dropped]\n"
+        return out
+
+
+def _pump(streams: Mapping[IO[bytes], _Capture], deadline: float) -> bool:
+    """Read the pipes into their captures until each is done (EOF or token); False on deadline."""
+    sel = selectors.DefaultSelector()
+    for f in streams:
+        sel.register(f, selectors.EVENT_READ)
+    try:
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            for key, _ in sel.select(timeout=left):
+                data = os.read(key.fd, 1 << 16)
+                if not data or streams[key.fileobj].feed(data):  # type: ignore[index]
+                    sel.unregister(key.fileobj)
+        return True
+    finally:
+        sel.close()
+
+
+def _chown_tree(path: Path, uid: int) -> None:
+    """The agent (uid 1000) must own its workspace; lchown never follows a symlink out of the tree."""
+    os.lchown(path, uid, uid)
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            os.lchown(os.path.join(root, name), uid, uid)
+
+
+class Shell:
+    """A persistent bash inside the sandbox: state (cwd, variables) carries over between commands.
+
+    Each command is sent as an ANSI-C quoted string to `eval` (a syntax error cannot desynchronise the
+    protocol), with stdin from /dev/null, followed by a random sentinel on stdout (with the exit code)
+    and stderr. A command past its time limit kills the whole session (bash leads its own process
+    group); the next `run` starts a fresh one, so cwd and variables reset after a timeout.
+    """
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sb = sandbox
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._pid = 0
+        self.restarts = 0
+
+    def _open(self) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            [podman_bin(), "exec", "-i", "-w", "/workspace", self._sb.name, "bash", "--noprofile", "--norc"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=podman_env(self._sb.settings))
+        assert proc.stdin and proc.stdout
+        proc.stdin.write(b"echo $$\n")  # bash leads its process group: kill -- -PID ends it and its children
+        proc.stdin.flush()
+        line = proc.stdout.readline()
+        if not line.strip().isdigit():
+            err = proc.stderr.read().decode(errors="replace") if proc.poll() is not None and proc.stderr else ""
+            proc.kill()
+            raise SandboxError(f"could not start a shell in sandbox {self._sb.name}: {line!r} {err}".strip(),
+                               "the sandbox may have hit its lifetime; start a new one")
+        self._pid = int(line)
+        return proc
+
+    def run(self, cmd: str, timeout: float | None = None) -> ExecResult:
+        limit = timeout or self._sb.settings.sandbox.command_timeout_s
+        if self._proc is None or self._proc.poll() is not None:
+            self._proc = self._open()
+        proc = self._proc
+        assert proc.stdin and proc.stdout and proc.stderr
+        token = b"\x1e__appliance_" + uuid.uuid4().hex.encode() + b"__"
+        mark = "\\036" + token[1:].decode()
+        script = (f"__c={_ansi_c_quote(cmd)}\n{{ eval \"$__c\"\n}} </dev/null; "
+                  f"printf '{mark}%d\\n' $?; printf '{mark}\\n' >&2\n").encode()
+        cap = self._sb.settings.sandbox.output_limit_bytes
+        out, err = _Capture(cap, token), _Capture(cap, token)
+        t0 = time.monotonic()
+        try:
+            proc.stdin.write(script)
+            proc.stdin.flush()
+        except BrokenPipeError:
+            self._proc = None
+            return self.run(cmd, timeout)
+        finished = _pump({proc.stdout: out, proc.stderr: err}, t0 + limit)
+        duration = time.monotonic() - t0
+        timed_out = not finished
+        if timed_out or out.trailer is None:
+            self._kill()
+        code = int(out.trailer) if out.trailer is not None and out.trailer.strip().lstrip(b"-").isdigit() else (
+            137 if timed_out else (proc.poll() if proc.poll() is not None else -1))
+        return ExecResult(code, out.text(), err.text(), duration, timed_out, bool(out.dropped or err.dropped))
+
+    def _kill(self) -> None:
+        if self._proc is None:
+            return
+        self.restarts += 1
+        if self._pid and self._proc.poll() is None:
+            podman(self._sb.settings, "exec", self._sb.name, "kill", "-KILL", "--", f"-{self._pid}", check=False, timeout=30)
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._proc = None
+
+    def close(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            try:
+                self._proc.stdin.close()  # type: ignore[union-attr]
+                self._proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                self._proc.kill()
+        self._proc = None
+
+    def __enter__(self) -> Shell:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _ansi_c_quote(s: str) -> str:
+    out = []
+    for ch in s:
+        if ch == "\\" or ch == "'":
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ord(ch) < 32 or ord(ch) == 127:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return "$'" + "".join(out) + "'"
+
+
+_live: dict[str, Sandbox] = {}
+_live_lock = threading.Lock()
+_cleanup_installed = False
+
+
+def _stop_all() -> None:
+    with _live_lock:
+        boxes = list(_live.values())
+    for sb in boxes:
+        sb.stop()
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    _stop_all()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _install_cleanup() -> None:
+    """Remove live sandboxes at interpreter exit and on SIGTERM (kill -9 is the sweep's and --timeout's job)."""
+    global _cleanup_installed
+    if _cleanup_installed:
+        return
+    _cleanup_installed = True
+    atexit.register(_stop_all)
+    # Only take SIGTERM over when nobody else handles it (a server framework may have its own handler).
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+class Sandbox:
+    """A running sandbox; use `with Sandbox.start(settings, ...) as sb:` so it is always removed."""
+
+    def __init__(self, settings: Settings, name: str, workspace: Path, owns_workspace: bool,
+                 door: DoorListener | None, socket_dir: Path | None) -> None:
+        self.settings, self.name, self.workspace = settings, name, workspace
+        self._owns_workspace, self._door, self._socket_dir = owns_workspace, door, socket_dir
+        self._shell: Shell | None = None
+        self._stopped = False
+        self.on_stop: list[Callable[[], None]] = []
+
+    @classmethod
+    def start(cls, settings: Settings, workspace: Path | None = None, image: str | None = None,
+              door: ModelDoor | None = None, labels: Mapping[str, str] | None = None) -> Sandbox:
+        name = f"appliance-{uuid.uuid4().hex[:12]}"
+        ref = image or image_ref(settings)
+        owns = workspace is None
+        if workspace is None:
+            workspace = settings.home / "sandboxes" / name
+            workspace.mkdir(parents=True)
+        else:
+            workspace = Path(workspace).resolve()
+            if not workspace.is_dir():
+                raise SandboxError(f"workspace {workspace} does not exist or is not a directory",
+                                   "create the directory first, or omit the workspace for an empty one")
+        _chown_tree(workspace, AGENT_UID)
+        listener, socket_dir = None, None
+        try:
+            if door is not None:
+                socket_dir = settings.sockets_dir / name
+                socket_dir.mkdir(parents=True, mode=0o755)
+                listener = door.listen(socket_dir / "door.sock")
+            sb = cls(settings, name, workspace, owns, listener, socket_dir)
+            with _live_lock:
+                _live[name] = sb
+            _install_cleanup()
+            sb._run(ref, labels or {})
+            if listener is not None and not listener.ready.wait(10):
+                raise SandboxError(f"the model door relay in sandbox {name} did not come up within 10 s",
+                                   "check that the image is current: run `appliance init`")
+            return sb
+        except BaseException:
+            if "sb" in locals():
+                sb.stop()
+            else:
+                if listener is not None:
+                    listener.close()
+                if socket_dir is not None:
+                    shutil.rmtree(socket_dir, ignore_errors=True)
+                if owns:
+                    shutil.rmtree(workspace, ignore_errors=True)
+            raise
+
+    def _run(self, ref: str, labels: Mapping[str, str]) -> None:
+        s = self.settings.sandbox
+        args = ["run", "-d", "--rm", "--name", self.name, "--pull=never",
+                "--label", f"{LABEL}=1", "--label", f"{OWNER_LABEL}={os.getpid()}",
+                *(a for k, v in labels.items() for a in ("--label", f"{k}={v}")),
+                "--network=none", "--cap-drop=ALL", "--security-opt=no-new-privileges",
+                "--read-only", "--read-only-tmpfs=false",
+                # tmpfs pages count against --memory, so they cannot outgrow the sandbox's memory either.
+                "--tmpfs", f"/tmp:rw,nosuid,nodev,size={s.memory}",
+                "--tmpfs", f"/home/agent:rw,nosuid,nodev,size={s.memory},mode=0700,U",
+                f"--memory={s.memory}", f"--memory-swap={s.memory}", f"--pids-limit={s.pids_limit}",
+                f"--cpus={s.cpus}", f"--user={AGENT_UID}:{AGENT_UID}", "--init",
+                f"--timeout={s.lifetime_s}", "--log-driver=none", "--hostname=sandbox",
+                "-v", f"{self.workspace}:/workspace:rw", "--workdir=/workspace"]
+        if self._socket_dir is not None:
+            args += ["-v", f"{self._socket_dir}:{DOOR_MOUNT}:ro"]
+            cmd = ["python3", "/usr/local/bin/appliance-door", str(DOOR_PORT), f"{DOOR_MOUNT}/door.sock"]
+        else:
+            cmd = ["sleep", "infinity"]
+        errors: list[str] = []
+        for attempt in range(self.settings.sandbox.start_retries + 1):
+            proc = podman(self.settings, *args, ref, *cmd, check=False, timeout=120)
+            if proc.returncode == 0:
+                return
+            err = proc.stderr.decode(errors="replace").strip()
+            if "image not known" in err or "no such image" in err.lower():
+                raise SandboxError(f"sandbox image {ref} is not built", "run `appliance init` (builds it offline)")
+            errors.append(f"attempt {attempt + 1}: {err}")
+            podman(self.settings, "rm", "-f", "-t", "0", "--ignore", self.name, check=False, timeout=60)
+            time.sleep(0.2 * (attempt + 1))
+        raise SandboxError(f"sandbox {self.name} failed to start: " + " | ".join(errors),
+                           "`appliance doctor` runs a sandbox end to end and explains podman problems")
+
+    def exec(self, cmd: str | Sequence[str], timeout: float | None = None, cwd: str = "/workspace",
+             env: Mapping[str, str] | None = None) -> ExecResult:
+        """Run one command; killed inside after `timeout` s; each stream capped at output_limit_bytes."""
+        limit = timeout or self.settings.sandbox.command_timeout_s
+        argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        envs = [a for k, v in (env or {}).items() for a in ("-e", f"{k}={v}")]
+        full = [podman_bin(), "exec", "-w", cwd, *envs, self.name, "timeout", "-s", "KILL", f"{limit:g}", *argv]
+        cap = self.settings.sandbox.output_limit_bytes
+        out, err = _Capture(cap), _Capture(cap)
+        t0 = time.monotonic()
+        proc = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=podman_env(self.settings))
+        assert proc.stdout and proc.stderr
+        finished = _pump({proc.stdout: out, proc.stderr: err}, t0 + limit + CLIENT_GRACE_S)
+        if not finished:
+            proc.kill()
+        code = proc.wait()
+        duration = time.monotonic() - t0
+        # timeout(1) exits 137 after SIGKILL of the command; an OOM kill also gives 137, but sooner.
+        timed_out = not finished or (code in (124, 137) and duration >= limit)
+        if code == 125 or (code == 255 and not out.kept and b"Error" in err.kept):
+            raise SandboxError(f"podman exec in sandbox {self.name} failed: {err.text().strip()}",
+                               "the sandbox is gone (lifetime reached or removed); start a new one")
+        return ExecResult(code, out.text(), err.text(), duration, timed_out, bool(out.dropped or err.dropped))
+
+    def shell(self) -> Shell:
+        """The sandbox's persistent shell (one per sandbox, created on first use)."""
+        if self._shell is None:
+            self._shell = Shell(self)
+        return self._shell
+
+    def put(self, src: Path | str | bytes, dest: str) -> None:
+        """Copy a host file or directory tree (or bytes) to `dest` inside, owned by the agent."""
+        target = PurePosixPath(dest)
+        with tempfile.TemporaryFile() as buf:
+            with tarfile.open(fileobj=buf, mode="w") as tar:
+                if isinstance(src, bytes):
+                    info = tarfile.TarInfo(target.name)
+                    info.size, info.mode, info.mtime = len(src), 0o644, int(time.time())
+                    tar.addfile(info, io.BytesIO(src))
+                else:
+                    if not Path(src).exists():
+                        raise SandboxError(f"cannot put {src}: it does not exist", "pass an existing file or directory")
+                    tar.add(str(src), arcname=target.name)
+            buf.seek(0)
+            proc = subprocess.run(
+                [podman_bin(), "exec", "-i", self.name, "sh", "-c",
+                 'mkdir -p "$1" && tar -x --no-same-owner --no-same-permissions -C "$1"', "sh", str(target.parent)],
+                stdin=buf, capture_output=True, env=podman_env(self.settings), timeout=300)
+        if proc.returncode != 0:
+            raise SandboxError(f"put {dest} into sandbox {self.name} failed: {proc.stderr.decode(errors='replace').strip()}",
+                               "the destination must be writable by the agent: /workspace, /tmp or /home/agent")
+
+    def get(self, src: str, local_dest: Path | str) -> Path:
+        """Copy a file or directory tree from inside to exactly `local_dest` on the host (replaced if present)."""
+        source, dest = PurePosixPath(src), Path(local_dest)
+        with tempfile.TemporaryFile() as buf:
+            proc = subprocess.run([podman_bin(), "exec", self.name, "tar", "-c", "-C", str(source.parent), source.name],
+                                  stdout=buf, stderr=subprocess.PIPE, env=podman_env(self.settings), timeout=300)
+            if proc.returncode != 0:
+                raise SandboxError(f"get {src} from sandbox {self.name} failed: {proc.stderr.decode(errors='replace').strip()}",
+                                   "check the path with sb.exec('ls -la ...')")
+            buf.seek(0)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=dest.parent) as tmp, tarfile.open(fileobj=buf) as tar:
+                # The archive comes from the untrusted side: the 'data' filter refuses absolute paths,
+                # links pointing out of the target, and device files.
+                tar.extractall(tmp, filter="data")
+                if dest.is_symlink() or dest.is_file():
+                    dest.unlink()
+                elif dest.exists():
+                    shutil.rmtree(dest)
+                os.replace(Path(tmp) / source.name, dest)
+        return dest
+
+    def stop(self) -> None:
+        """Remove the container (idempotent); also the door, its socket dir and an auto-created workspace."""
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            if self._shell is not None:
+                self._shell.close()
+            podman(self.settings, "rm", "-f", "-t", "0", "--ignore", self.name, check=False, timeout=120)
+        finally:
+            with _live_lock:
+                _live.pop(self.name, None)
+            if self._door is not None:
+                self._door.close()
+            if self._socket_dir is not None:
+                shutil.rmtree(self._socket_dir, ignore_errors=True)
+            if self._owns_workspace:
+                shutil.rmtree(self.workspace, ignore_errors=True)
+            for fn in self.on_stop:
+                fn()
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
