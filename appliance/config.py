@@ -72,6 +72,9 @@ class EngineSettings(Section):
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs the engine shards the model across.")
     cpu_kvcache_gib: int = Field(1, ge=1, description="KV cache size on the CPU build (VLLM_CPU_KVCACHE_SPACE).")
     startup_timeout_s: float = Field(300.0, gt=0, description="Seconds to wait for the engine to become healthy.")
+    max_lora_rank: int = Field(64, ge=1, description="Largest LoRA rank the engine accepts (vLLM --max-lora-rank).")
+    canary_tokens: int = Field(16, ge=1, description="Greedy tokens of the canary generation checked after every sync or wake.")
+    drain_timeout_s: float = Field(600.0, gt=0, description="Longest wait for in-flight model calls before sleeping.")
 
 
 class ProxySettings(Section):
@@ -80,6 +83,7 @@ class ProxySettings(Section):
     max_request_bytes: int = Field(2_000_000, ge=1024, description="Largest request body accepted.")
     max_tokens: int = Field(1024, ge=1, description="Cap on max_tokens of one model call.")
     max_concurrency_per_rollout: int = Field(4, ge=1, description="Model calls in flight per rollout.")
+    retry_after_s: int = Field(5, ge=1, description="Retry-After seconds sent with 503 while the engine is not serving.")
 
 
 class TrainingSettings(Section):
