@@ -378,6 +378,13 @@ class Store:
         row = self._one("SELECT * FROM rollouts WHERE route_hash = ?", route_hash)
         return _rollout(row) if row else None
 
+    def set_rollout_route(self, rollout_id: str, route_hash: str) -> None:
+        """Give a rollout its proxy route (the hash of its secret token); replaces an earlier one."""
+        with self.write() as c:
+            cur = c.execute("UPDATE rollouts SET route_hash = ? WHERE id = ?", (route_hash, rollout_id))
+            if cur.rowcount == 0:
+                raise NotFoundError(f"no rollout {rollout_id!r}", "add the rollout before registering its route")
+
     def rollouts(self, run_id: str | None = None, *, iteration: int | None = None, group_id: str | None = None,
                  purpose: str | None = None, status: RolloutStatus | None = None) -> list[Rollout]:
         sql, args = "SELECT * FROM rollouts WHERE 1=1", []
