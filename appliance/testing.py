@@ -72,3 +72,263 @@ def corrupt_checkpoint(folder: Path) -> Path:
     data = weights.read_bytes()
     weights.write_bytes(data[: len(data) // 2])
     return folder
+
+
+# --- training: a fake engine for the time-sliced LEARN phase ------------------------------------------
+
+class FakeEngine:
+    """Stands in for appliance.serving.Engine in training tests and benchmarks (`EngineControl`).
+
+    Enforces the order serving -> pause_for_training -> load_weights* -> resume and fails loudly on any
+    other; optional delays imitate sleep, weight sync and wake. `loaded` lists (path, kind) per sync.
+    """
+
+    def __init__(self, *, policy_version: int = 0, pause_s: float = 0.0, sync_s: float = 0.0,
+                 resume_s: float = 0.0, fail_load: bool = False) -> None:
+        self._version = policy_version
+        self.delays = {"pause": pause_s, "sync": sync_s, "resume": resume_s}
+        self.fail_load = fail_load
+        self.serving = True
+        self.calls: list[str] = []
+        self.loaded: list[tuple[Path, str]] = []
+
+    @property
+    def policy_version(self) -> int:
+        return self._version
+
+    def pause_for_training(self) -> None:
+        if not self.serving:
+            raise AssertionError(f"pause_for_training while already paused; calls so far: {self.calls}")
+        self._step("pause")
+        self.serving = False
+
+    def load_weights(self, path: Path, kind: str) -> int:
+        if self.serving:
+            raise AssertionError(f"load_weights while serving (pause first); calls so far: {self.calls}")
+        if kind not in ("lora", "full"):
+            raise AssertionError(f"load_weights kind must be 'lora' or 'full', got {kind!r}")
+        expected = "adapter_config.json" if kind == "lora" else "config.json"
+        if not (Path(path) / expected).exists():
+            raise AssertionError(f"{kind} checkpoint at {path} has no {expected}")
+        self._step("sync")
+        if self.fail_load:
+            from appliance.errors import EngineError
+
+            raise EngineError(f"fake engine refused {path}", "FakeEngine(fail_load=True) was asked to fail")
+        self.loaded.append((Path(path), kind))
+        self._version += 1
+        return self._version
+
+    def resume(self) -> None:
+        if self.serving:
+            raise AssertionError(f"resume while serving; calls so far: {self.calls}")
+        self._step("resume")
+        self.serving = True
+
+    def _step(self, name: str) -> None:
+        import time
+
+        self.calls.append(name)
+        if self.delays[name]:
+            time.sleep(self.delays[name])
+
+
+# --- harness: a scripted OpenAI-compatible policy, a fake shell, a fake clock ---------------------------
+
+import json  # noqa: E402  (each section keeps its imports beside it)
+from collections.abc import Callable, Mapping  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from typing import Any  # noqa: E402
+
+IM_START, IM_END = 1, 2  # the char-level tokenizer's special tokens; text characters are ord(c) + 3
+
+
+class ScriptDivergence(AssertionError):
+    """The harness talked to ScriptedPolicy or FakeShell in a way the script did not foresee."""
+
+
+@dataclass
+class Reply:
+    """One scripted answer of `ScriptedPolicy` (a plain string in a script is `Reply(content=...)`)."""
+
+    content: str | None = None
+    tool_calls: list[tuple[str, Any]] | None = None  # (name, arguments dict or raw string)
+    expect: str | None = None  # must occur in the content of the request's last message
+    status: int = 200  # anything else answers with `error` as the body
+    error: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    finish_reason: str = "stop"
+
+
+def _char_ids(text: str) -> list[int]:
+    return [ord(c) + 3 for c in text]
+
+
+def chatml_completion_ids(message: Mapping[str, Any]) -> list[int]:
+    """What the engine 'sampled' for an assistant message: its text, tool calls as the template writes
+    them, and <|im_end|>."""
+    text = message.get("content") or ""
+    if message.get("tool_calls"):
+        calls = []
+        for c in message["tool_calls"]:
+            fn = c["function"]
+            args = fn["arguments"] if isinstance(fn["arguments"], str) else json.dumps(fn["arguments"])
+            calls.append('{"name": "' + fn["name"] + '", "arguments": ' + args + "}")
+        text += "<tool_call>[" + ", ".join(calls) + "]</tool_call>"
+    return _char_ids(text) + [IM_END]
+
+
+def chatml_ids(messages: list[Mapping[str, Any]], tools: list[Any] | None = None) -> list[int]:
+    """A char-level mirror of appliance/serving/chat_template.jinja with the generation prompt: stands in
+    for the engine's prompt ids so harness tests can check that a conversation's prompts extend each
+    other (a real tokenizer behaves the same whenever the text re-renders identically)."""
+    ids = [IM_START] + _char_ids("system\n")
+    first_system = bool(messages) and messages[0]["role"] == "system"
+    ids += _char_ids(messages[0]["content"] if first_system else "You are a helpful AI assistant named SmolLM, "
+                     "trained by Hugging Face")
+    if tools:
+        ids += _char_ids("\n\nYou can call tools. The tools you have:\n<tools>\n" + "".join(
+            json.dumps(t.get("function", t)) + "\n" for t in tools) + "</tools>")
+    ids += [IM_END] + _char_ids("\n")
+    for m in messages[1:] if first_system else messages:
+        if m["role"] == "assistant":
+            ids += [IM_START] + _char_ids("assistant\n") + chatml_completion_ids(m) + _char_ids("\n")
+        elif m["role"] == "tool":
+            ids += [IM_START] + _char_ids(f"user\n<tool_response>\n{m['content']}\n</tool_response>") + [IM_END]
+            ids += _char_ids("\n")
+        else:
+            ids += [IM_START] + _char_ids(f"{m['role']}\n{m['content']}") + [IM_END] + _char_ids("\n")
+    return ids + [IM_START] + _char_ids("assistant\n")
+
+
+class ScriptedPolicy:
+    """An OpenAI chat-completions endpoint, in process (an httpx transport), that replays a script.
+
+    It fails loudly (raises `ScriptDivergence`, and `assert_done` raises it again in case the harness
+    swallowed it) when a request does not extend the previous request plus the reply it got, verbatim;
+    when a reply's `expect` text is missing from the last message; when the harness asks more often than
+    the script answers. It records each answered call as the proxy would (`calls`: ModelCall with
+    char-level ids), so a test can rebuild the rollout's training samples.
+    """
+
+    def __init__(self, script: list[Reply | str], *, rollout_id: str = "scripted", policy_version: int = 0) -> None:
+        import httpx
+
+        self.script = [Reply(content=s) if isinstance(s, str) else s for s in script]
+        self.rollout_id, self.policy_version = rollout_id, policy_version
+        self.requests: list[dict[str, Any]] = []
+        self.calls: list[Any] = []
+        self.failures: list[str] = []
+        self._sent: list[dict[str, Any]] = []  # the last request's messages plus the reply to it
+        self.transport = httpx.MockTransport(self._handle)
+
+    def client_config(self, **overrides: Any) -> Any:
+        from appliance.harness.base import ClientConfig
+
+        return ClientConfig(base_url="http://scripted.invalid/v1", transport=self.transport, **overrides)
+
+    def _fail(self, message: str) -> None:
+        self.failures.append(message)
+        raise ScriptDivergence(message)
+
+    def _handle(self, request: Any) -> Any:
+        import httpx
+
+        from appliance.schemas import ModelCall
+
+        if request.url.path != "/v1/chat/completions":
+            self._fail(f"ScriptedPolicy only serves /v1/chat/completions, got {request.url.path}")
+        body = json.loads(request.content)
+        step = len(self.requests)
+        self.requests.append(body)
+        messages = body["messages"]
+        if step >= len(self.script):
+            self._fail(f"request {step + 1} but the script has {len(self.script)} replies; "
+                       f"last message: {messages[-1]!r}")
+        for i, (want, got) in enumerate(zip(self._sent, messages + [None] * len(self._sent))):
+            if want != got:
+                self._fail(f"request {step + 1} rewrote message {i}: expected {want!r}, got {got!r}")
+        reply = self.script[step]
+        if reply.expect is not None and reply.expect not in str(messages[-1].get("content")):
+            self._fail(f"request {step + 1}: expected {reply.expect!r} in the last message, got {messages[-1]!r}")
+        if reply.status != 200:
+            return httpx.Response(reply.status, headers=reply.headers, text=reply.error)
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {"id": f"call_{step}_{i}", "type": "function",
+                 "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)}}
+                for i, (name, args) in enumerate(reply.tool_calls)]
+        prompt_ids, completion_ids = chatml_ids(messages, body.get("tools")), chatml_completion_ids(message)
+        logprobs = [-0.5] * len(completion_ids)
+        self.calls.append(ModelCall(None, self.rollout_id, step, "ok", body, None, prompt_ids, completion_ids,
+                                    logprobs, self.policy_version, 0.0))
+        self._sent = messages + [message]
+        return httpx.Response(200, json={
+            "id": f"scripted-{step}", "object": "chat.completion", "model": body.get("model"),
+            "prompt_token_ids": prompt_ids,
+            "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason,
+                         "token_ids": completion_ids}],
+            "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(completion_ids),
+                      "total_tokens": len(prompt_ids) + len(completion_ids)},
+        })
+
+    def assert_done(self) -> None:
+        if self.failures:
+            raise ScriptDivergence(self.failures[0])
+        if len(self.requests) < len(self.script):
+            raise ScriptDivergence(f"the harness stopped after {len(self.requests)} of {len(self.script)} "
+                                   f"scripted replies; next unused: {self.script[len(self.requests)]!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class FakeResult:
+    """Looks like the sandbox's ExecResult."""
+
+    exit_code: int = 0
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+    duration_s: float = 0.0
+
+
+class FakeShell:
+    """A shell that answers scripted commands. `outputs` maps a command to its result: a FakeResult, a
+    string (stdout, exit 0), an exception to raise (e.g. SandboxError: the sandbox died) or a callable
+    of the command. An unscripted command raises `ScriptDivergence` unless a `default` is given."""
+
+    def __init__(self, outputs: Mapping[str, FakeResult | str | BaseException | Callable[[str], FakeResult]]
+                 | None = None, *, default: FakeResult | None = None) -> None:
+        self.outputs = dict(outputs or {})
+        self.default = default
+        self.commands: list[str] = []
+        self.timeouts: list[float | None] = []
+
+    def run(self, cmd: str, timeout: float | None = None) -> FakeResult:
+        self.commands.append(cmd)
+        self.timeouts.append(timeout)
+        if cmd not in self.outputs:
+            if self.default is None:
+                raise ScriptDivergence(f"FakeShell got the unscripted command {cmd!r}; scripted: {list(self.outputs)}")
+            return self.default
+        out = self.outputs[cmd]
+        if isinstance(out, BaseException):
+            raise out
+        if isinstance(out, str):
+            return FakeResult(stdout=out)
+        return out(cmd) if callable(out) else out
+
+
+class FakeClock:
+    """A monotonic clock for limit tests: reading it advances time by `step`; `sleep` advances it too."""
+
+    def __init__(self, step: float = 0.0) -> None:
+        self.now, self.step, self.slept = 0.0, step, 0.0
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.slept += seconds

@@ -1,0 +1,171 @@
+"""The LEARN phase, time-sliced with serving: pause the engine, train, save, sync the weights, resume.
+
+    engine.pause_for_training()      drain, then sleep (GPU: vLLM sleep mode) or just stop serving (CPU)
+    train                            resume the trainer from the latest checkpoint; SFT and/or GRPO steps
+    save                             checkpoints_dir/v{N}: adapter or full weights + optimizer state
+    engine.load_weights(path, kind)  LoRA adapter load or full reload; wake; canary -> policy version N
+    engine.resume()                  serving again
+
+Each transition is an event row with its duration, and each step's metrics a row set in `metrics`, so the
+TUI draws the timeline and the learning curve. Whatever fails, the engine is resumed on the weights it had
+(the `finally`): a crashed trainer must not leave serving asleep. The trainer is built per phase and freed
+afterwards, so its memory is back for serving; resume-from-checkpoint is therefore the normal path, tested
+on every phase, not a recovery path that rots.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Protocol
+
+from appliance.config import Settings
+from appliance.schemas import Checkpoint, Event, Rollout, Sample
+from appliance.store import Store
+from appliance.training.advantages import GroupedBatch, build_groups
+
+
+class EngineControl(Protocol):
+    """What training needs from the engine (appliance.serving.Engine; appliance.testing.FakeEngine)."""
+
+    @property
+    def policy_version(self) -> int: ...
+
+    def pause_for_training(self) -> None: ...
+
+    def load_weights(self, path: Path, kind: str) -> int:
+        """Load a checkpoint ("lora" adapter folder or "full" model folder), pass the canary; the new version."""
+        ...
+
+    def resume(self) -> None: ...
+
+
+@dataclass
+class LearnResult:
+    policy_version: int
+    checkpoint: Checkpoint | None
+    steps: list[dict[str, float]] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)  # pause_s, load_s, train_s, save_s, sync_s, resume_s
+
+    @property
+    def compute_share(self) -> float:
+        total = sum(self.timings.values())
+        return self.timings.get("train_s", 0.0) / total if total else 0.0
+
+
+def split_groups(batch: GroupedBatch, steps: int) -> list[GroupedBatch]:
+    """Deal the kept groups over `steps` optimizer steps (whole groups: a baseline never spans two steps)."""
+    by_group: dict[str, list[Sample]] = {}
+    for s in batch.samples:
+        by_group.setdefault(s.group_id or f"rollout:{s.rollout_id}", []).append(s)
+    groups = list(by_group.values())
+    steps = max(1, min(steps, len(groups)))
+    per = math.ceil(len(groups) / steps) if groups else 0
+    out = []
+    for i in range(steps):
+        chunk = groups[i * per: (i + 1) * per]
+        part_samples = [s for g in chunk for s in g]
+        rewards = list({s.rollout_id: s.reward for s in part_samples}.values())
+        part = GroupedBatch(part_samples, len(chunk), 0, 0, batch.rollouts, len(rewards), batch.infra_errors, rewards)
+        if i == 0:  # the phase's dropped/zero-std counts are reported once, with the first step
+            part.dropped_groups, part.zero_std_groups = batch.dropped_groups, batch.zero_std_groups
+        out.append(part)
+    return out
+
+
+def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: list[Rollout], samples: list[Sample],
+          *, run_id: str | None, iteration: int | None, steps: int = 1) -> LearnResult:
+    """Train on the rollouts' samples while the engine is paused; returns the new policy version and metrics."""
+    from appliance.training.sft import sft, successful_samples
+    from appliance.training.trainer import PolicyTrainer
+
+    cfg = settings.training
+    batch = build_groups(rollouts, samples, min_valid_rollouts=cfg.min_valid_rollouts,
+                         scale_rewards=cfg.scale_rewards and cfg.loss_type != "dr_grpo")
+    sft_samples = successful_samples(rollouts, samples) if cfg.method in ("sft", "both") else []
+    result = LearnResult(engine.policy_version, None)
+    timings = result.timings
+    latest = store.latest_checkpoint(run_id)
+    global_step = int(latest.metrics.get("global_step", 0)) if latest else 0
+
+    def note(what: str, seconds: float, **data: object) -> None:
+        store.add_event(Event("train", what, run_id, {"iteration": iteration, **data}, seconds))
+
+    if not batch.samples and not sft_samples:
+        note("nothing to train on", 0.0, dropped_groups=batch.dropped_groups, infra_errors=batch.infra_errors)
+        store.add_metrics(run_id, global_step, _batch_metrics(batch))
+        result.steps.append(_batch_metrics(batch))
+        return result
+
+    with _timed(timings, "pause_s"):
+        engine.pause_for_training()
+    note("engine paused for training", timings["pause_s"])
+    trainer = None
+    try:
+        with _timed(timings, "load_s"):
+            trainer = PolicyTrainer(cfg, settings.model_path,
+                                    resume_from=Path(latest.path) if latest else None,
+                                    resume_kind=latest.kind if latest else None)
+        with _timed(timings, "train_s"):
+            if sft_samples:  # SFT first: it moves the policy toward its own successes, GRPO then sharpens
+                global_step += 1
+                result.steps.append(sft(trainer, sft_samples))
+                store.add_metrics(run_id, global_step, result.steps[-1])
+            parts = split_groups(batch, steps) if cfg.method in ("grpo", "both") and batch.samples else []
+            for part in parts:
+                global_step += 1
+                result.steps.append(trainer.grpo_step(part))
+                store.add_metrics(run_id, global_step, result.steps[-1])
+        note("trained", timings["train_s"], steps=len(result.steps), global_step=global_step)
+        version = engine.policy_version + 1
+        path = settings.checkpoints_dir / f"v{version}"
+        with _timed(timings, "save_s"):
+            kind = trainer.save(path)
+        with _timed(timings, "sync_s"):
+            result.policy_version = engine.load_weights(path, kind)
+        note("weights synced", timings["sync_s"], policy_version=result.policy_version, kind=kind)
+        summary = {**_last(result.steps), "global_step": float(global_step)}
+        result.checkpoint = Checkpoint(run_id, result.policy_version, iteration, kind, str(path), summary)
+        store.add_checkpoint(result.checkpoint)
+    finally:
+        del trainer
+        _free_memory()
+        with _timed(timings, "resume_s"):
+            engine.resume()
+        note("serving resumed", timings["resume_s"], policy_version=engine.policy_version)
+    store.add_metrics(run_id, global_step, {k: v for k, v in timings.items()})
+    return result
+
+
+def _batch_metrics(batch: GroupedBatch) -> dict[str, float]:
+    return {"valid_groups": batch.valid_groups, "dropped_groups": batch.dropped_groups,
+            "infra_error_rate": batch.infra_error_rate, "reward_mean": batch.reward_mean,
+            "reward_std": batch.reward_std, "rollouts": batch.rollouts}
+
+
+def _last(steps: list[dict[str, float]]) -> dict[str, float]:
+    return dict(steps[-1]) if steps else {}
+
+
+@contextmanager
+def _timed(timings: dict[str, float], key: str) -> Iterator[None]:
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[key] = time.perf_counter() - t0
+
+
+def _free_memory() -> None:
+    gc.collect()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except ImportError:  # pragma: no cover - torch is a dependency; keep freeing best-effort
+        pass

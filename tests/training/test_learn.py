@@ -1,0 +1,102 @@
+"""The time-sliced LEARN phase against the fake engine: order, checkpoints, metrics, events, resume."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from appliance.errors import EngineError
+from appliance.schemas import Outcome, Rollout, RolloutStatus, Sample
+from appliance.testing import FakeEngine
+from appliance.training.advantages import build_groups
+from appliance.training.learn import learn, split_groups
+
+MASK = [0] * 10 + [1] * 6 + [0] * 4 + [1] * 4
+
+
+def practice(groups: dict[str, list[float | None]], seed: int = 0):
+    rng = random.Random(seed)
+    rollouts, samples = [], []
+    for g, rewards in groups.items():
+        for i, r in enumerate(rewards):
+            rid = f"{g}-{i}"
+            outcome = Outcome.INFRA_ERROR if r is None else (Outcome.SUCCESS if r > 0 else Outcome.FAILURE)
+            rollouts.append(Rollout(rid, "run", "t", g, 0, "builtin", 0, RolloutStatus.FINISHED,
+                                    outcome=outcome, reward=r or 0.0))
+            samples.append(Sample(rid, g, 0, [rng.randrange(2, 2000) for _ in MASK], list(MASK),
+                                  [-5.0 * m for m in MASK], r or 0.0, 0))
+    return rollouts, samples
+
+
+@pytest.fixture
+def tiny_settings(settings, tiny_model):
+    settings.engine.model = tiny_model
+    settings.training.learning_rate = 1e-2
+    settings.training.micro_batch_size = 4
+    return settings
+
+
+def test_split_groups_keeps_groups_whole():
+    rollouts, samples = practice({"a": [1.0, 0.0], "b": [0.0, 1.0], "c": [1.0, 0.0]})
+    parts = split_groups(build_groups(rollouts, samples), 2)
+    assert [sorted({s.group_id for s in p.samples}) for p in parts] == [["a", "b"], ["c"]]
+    assert [p.valid_groups for p in parts] == [2, 1]
+    assert len(split_groups(build_groups(rollouts, samples), 10)) == 3  # never more steps than groups
+
+
+@pytest.mark.slow
+def test_learn_pauses_trains_syncs_and_resumes(store, tiny_settings):
+    engine = FakeEngine()
+    rollouts, samples = practice({"a": [1.0, 0.0, None], "b": [None, None, None], "c": [0.0, 1.0]})
+    result = learn(store, tiny_settings, engine, rollouts, samples, run_id="run", iteration=0, steps=2)
+    assert engine.calls == ["pause", "sync", "resume"] and engine.serving
+    assert result.policy_version == 1 == engine.policy_version
+    assert engine.loaded == [(tiny_settings.checkpoints_dir / "v1", "lora")]
+    ckpt = store.latest_checkpoint("run")
+    assert ckpt.policy_version == 1 and ckpt.kind == "lora" and ckpt.path == str(tiny_settings.checkpoints_dir / "v1")
+    assert ckpt.metrics["global_step"] == 2 and "loss" in ckpt.metrics
+    for name in ("loss", "reward_mean", "reward_std", "valid_groups", "dropped_groups", "infra_error_rate",
+                 "logprob_gap_mean", "logprob_gap_max", "is_ratio_mean", "is_ratio_min", "is_ratio_max",
+                 "is_clipped_frac", "tokens_per_s", "step_time_s", "pause_s", "sync_s", "resume_s", "train_s"):
+        assert store.metric_series("run", name), name
+    assert [v for _, v in store.metric_series("run", "dropped_groups")] == [1.0, 0.0]
+    assert store.metric_series("run", "infra_error_rate")[0][1] == pytest.approx(4 / 8)
+    events = [e for e in store.events("run", kind="train")]
+    assert [e.message for e in events] == ["engine paused for training", "trained", "weights synced", "serving resumed"]
+    assert all(e.duration_s is not None and e.duration_s >= 0 for e in events)
+
+    # the next phase resumes from v1: steps continue and v2 is written beside it
+    second = learn(store, tiny_settings, engine, *practice({"d": [1.0, 0.0]}, seed=1), run_id="run", iteration=1)
+    assert second.policy_version == 2 and second.checkpoint.metrics["global_step"] == 3
+    assert (tiny_settings.checkpoints_dir / "v2" / "adapter_model.safetensors").exists()
+    assert [c.policy_version for c in store.checkpoints("run")] == [1, 2]
+
+
+@pytest.mark.slow
+def test_a_failed_sync_still_resumes_serving_on_the_old_weights(store, tiny_settings):
+    engine = FakeEngine(fail_load=True)
+    with pytest.raises(EngineError):
+        learn(store, tiny_settings, engine, *practice({"a": [1.0, 0.0]}), run_id="run", iteration=0)
+    assert engine.calls == ["pause", "sync", "resume"] and engine.serving and engine.policy_version == 0
+    assert store.latest_checkpoint("run") is None
+    assert store.events("run", kind="train")[-1].message == "serving resumed"
+
+
+def test_nothing_to_train_leaves_the_engine_serving(store, settings):
+    engine = FakeEngine()
+    rollouts, samples = practice({"a": [None, None], "b": [1.0, None]})
+    result = learn(store, settings, engine, rollouts, samples, run_id="run", iteration=0)
+    assert engine.calls == [] and result.checkpoint is None and result.policy_version == 0
+    assert store.metric_series("run", "dropped_groups") == [(0, 2.0)]
+    assert store.metric_series("run", "infra_error_rate") == [(0, 0.75)]
+
+
+@pytest.mark.slow
+def test_method_both_runs_sft_then_grpo(store, tiny_settings):
+    tiny_settings.training.method = "both"
+    engine = FakeEngine()
+    result = learn(store, tiny_settings, engine, *practice({"a": [1.0, 0.0]}), run_id="run", iteration=0)
+    assert "sft_loss" in result.steps[0] and "loss" in result.steps[1]
+    assert result.steps[0]["sft_tokens"] == 10  # only the successful rollout's sampled tokens
+    assert result.policy_version == 1
