@@ -153,7 +153,7 @@ class Reply:
 
     content: str | None = None
     tool_calls: list[tuple[str, Any]] | None = None  # (name, arguments dict or raw string)
-    expect: str | None = None  # must occur in the content of the request's last message
+    expect: str | None = None  # must occur in a message the request added since the previous reply
     status: int = 200  # anything else answers with `error` as the body
     error: str = ""
     headers: dict[str, str] = field(default_factory=dict)
@@ -206,9 +206,9 @@ class ScriptedPolicy:
 
     It fails loudly (raises `ScriptDivergence`, and `assert_done` raises it again in case the harness
     swallowed it) when a request does not extend the previous request plus the reply it got, verbatim;
-    when a reply's `expect` text is missing from the last message; when the harness asks more often than
-    the script answers. It records each answered call as the proxy would (`calls`: ModelCall with
-    char-level ids), so a test can rebuild the rollout's training samples.
+    when a reply's `expect` text is missing from the messages the request added; when the harness asks
+    more often than the script answers. It records each answered call as the proxy would (`calls`:
+    ModelCall with char-level ids), so a test can rebuild the rollout's training samples.
     """
 
     def __init__(self, script: list[Reply | str], *, rollout_id: str = "scripted", policy_version: int = 0) -> None:
@@ -249,8 +249,9 @@ class ScriptedPolicy:
             if want != got:
                 self._fail(f"request {step + 1} rewrote message {i}: expected {want!r}, got {got!r}")
         reply = self.script[step]
-        if reply.expect is not None and reply.expect not in str(messages[-1].get("content")):
-            self._fail(f"request {step + 1}: expected {reply.expect!r} in the last message, got {messages[-1]!r}")
+        new = messages[len(self._sent):] or messages[-1:]
+        if reply.expect is not None and not any(reply.expect in str(m.get("content")) for m in new):
+            self._fail(f"request {step + 1}: expected {reply.expect!r} in the new messages, got {new!r}")
         if reply.status != 200:
             return httpx.Response(reply.status, headers=reply.headers, text=reply.error)
         message: dict[str, Any] = {"role": "assistant", "content": reply.content}

@@ -1,0 +1,91 @@
+"""What a rollout runner and a harness share: the shell seam, client settings, limits, the episode record.
+
+The `Shell` protocol matches the sandbox's persistent shell (`appliance.sandbox.sandbox.Shell`), so the
+built-in harness runs against a real sandbox in production and `appliance.testing.FakeShell` in tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+
+class CommandResult(Protocol):
+    """The outcome of one shell command (the sandbox's `ExecResult` has these and more)."""
+
+    @property
+    def exit_code(self) -> int: ...
+    @property
+    def stdout(self) -> str: ...
+    @property
+    def stderr(self) -> str: ...
+    @property
+    def timed_out(self) -> bool: ...
+
+
+class Shell(Protocol):
+    """A persistent shell in the agent's sandbox: state (cwd, variables) carries over between commands.
+
+    Raises an `ApplianceError` (the sandbox's `SandboxError`) when the sandbox itself failed; a command
+    that fails or times out is a normal result.
+    """
+
+    def run(self, cmd: str, timeout: float | None = None, /) -> CommandResult: ...
+
+
+@dataclass(slots=True)
+class ClientConfig:
+    """Where and how the harness asks for completions: in production, the proxy's per-rollout route."""
+
+    base_url: str  # up to and including /v1, e.g. http://127.0.0.1:8200/r/<token>/v1
+    api_key: str = "appliance"
+    model: str = "policy"
+    temperature: float = 0.7
+    max_tokens: int = 384  # per call; the episode's token budget can lower it
+    request_timeout_s: float = 300.0  # one HTTP request, generation included
+    native_tools: bool = False  # advertise bash/submit as OpenAI tools (the engine needs a tool-call parser)
+    extra_body: dict[str, Any] = field(default_factory=dict)  # merged into every request (top_p, seed, ...)
+    transport: Any = None  # an httpx transport; tests hand in ScriptedPolicy's, production leaves None
+
+
+@dataclass(slots=True)
+class Limits:
+    max_turns: int = 10  # model calls
+    max_completion_tokens: int = 4096  # summed over the episode
+    wall_time_s: float = 600.0  # the agent's own time: waiting out an engine 503 does not count
+    command_timeout_s: float = 60.0
+    observation_chars: int = 2000  # longer command output keeps its head and tail
+    engine_wait_s: float = 3600.0  # longest wait for an engine that answers 503 (training, syncing)
+
+
+class EndReason(StrEnum):
+    SUBMITTED = "submitted"  # the agent said it is done; the verifier decides success
+    TURN_LIMIT = "turn_limit"
+    TOKEN_LIMIT = "token_limit"
+    TIME_LIMIT = "time_limit"
+    CONTEXT_OVERFLOW = "context_overflow"  # the conversation outgrew the engine's context
+    MODEL_ERROR = "model_error"  # the engine or proxy failed: an infra error, not the policy's doing
+    SANDBOX_ERROR = "sandbox_error"  # the sandbox died: an infra error
+
+
+@dataclass(slots=True)
+class Episode:
+    """What one harness run did, as the harness saw it (the exact tokens are the proxy's record)."""
+
+    end_reason: EndReason
+    turns: int  # model calls answered
+    messages: list[dict[str, Any]]  # the conversation as sent, plus the last answer
+    completion_tokens: int = 0
+    commands: int = 0  # commands run in the shell
+    parse_errors: int = 0  # answers with no usable action, fed back to the model
+    elapsed_s: float = 0.0  # wall time, engine waits included
+    engine_wait_s: float = 0.0
+    error: str | None = None  # the cause, for model_error and sandbox_error
+
+    @property
+    def infra_error(self) -> bool:
+        return self.end_reason in (EndReason.MODEL_ERROR, EndReason.SANDBOX_ERROR)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)

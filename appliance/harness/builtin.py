@@ -1,0 +1,192 @@
+"""The built-in harness: a compact bash agent loop for small models, over plain OpenAI chat completions.
+
+Each turn the model answers; `actions.parse_action` reads a command (a `bash` tool call or a fenced
+block), the sandbox's persistent shell runs it, and the truncated output goes back as the next message.
+An answer without a usable action gets a one-line correction instead of ending the episode. The loop
+ends on submit/DONE or on a limit (turns, completion tokens, wall time), on context overflow, or when
+the engine or the sandbox fails (an infra error: the runner must not blame the policy for it).
+
+The assistant's messages are sent back exactly as received: the chat template then re-renders the
+sampled tokens, each prompt extends the previous one, and the rollout's calls merge into one training
+sequence (see `appliance.trajectories`). While the engine is training or syncing the proxy answers 503
+with Retry-After; the loop waits, and that wait does not count against the agent's wall time.
+
+    episode = run_builtin(task.instruction, sandbox.shell(), ClientConfig(base_url=route_url), Limits())
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from appliance.errors import ApplianceError
+from appliance.harness.actions import Action, format_observation, parse_action
+from appliance.harness.base import ClientConfig, EndReason, Episode, Limits, Shell
+
+SYSTEM_PROMPT = """You are a careful agent working in a Linux shell. You are in /workspace, where the \
+task's files are. Each turn, reply with exactly one bash command in a ```bash block; you will then see \
+its output. Use the real file names from the task. You are not root: never use sudo. When the task is \
+finished, reply with DONE.
+
+Example.
+Task: Write the number of lines of data.txt into count.txt.
+You:
+```bash
+wc -l < data.txt > count.txt
+```
+Output: exit code 0 (no output)
+You:
+```bash
+cat count.txt
+```
+Output: exit code 0
+42
+You: DONE"""
+
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "bash", "description": "Run one bash command in /workspace and see its output.",
+        "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}},
+    {"type": "function", "function": {
+        "name": "submit", "description": "Say the task is finished.", "parameters": {"type": "object", "properties": {}}}},
+]
+
+_OVERFLOW = ("context length", "context_length", "maximum context", "too long", "prompt is too long")
+_RETRIES = 3  # transport errors and 5xx answers before the engine counts as failed
+_MAX_RETRY_AFTER_S = 30.0
+
+
+class _Stop(Exception):
+    def __init__(self, reason: EndReason, error: str | None = None) -> None:
+        super().__init__(error or reason.value)
+        self.reason, self.error = reason, error
+
+
+class _Model:
+    """One OpenAI-compatible endpoint; waits out 503/429 (the engine is busy) and retries transient errors."""
+
+    def __init__(self, cfg: ClientConfig, limits: Limits, sleep: Callable[[float], None]) -> None:
+        self.cfg, self.limits, self.sleep = cfg, limits, sleep
+        self.waited_s = 0.0
+        self.http = httpx.Client(base_url=cfg.base_url.rstrip("/"), transport=cfg.transport,
+                                 headers={"Authorization": f"Bearer {cfg.api_key}"}, timeout=cfg.request_timeout_s)
+
+    def complete(self, messages: list[dict[str, Any]], max_tokens: int) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.cfg.model, "messages": messages, "temperature": self.cfg.temperature,
+                                "max_tokens": max_tokens, **self.cfg.extra_body}
+        if self.cfg.native_tools:
+            body |= {"tools": TOOLS, "tool_choice": "auto"}
+        failures = 0
+        while True:
+            try:
+                r = self.http.post("/chat/completions", json=body)
+            except httpx.TransportError as e:
+                r, error = None, f"{type(e).__name__}: {e}"
+            if r is not None and r.status_code in (429, 503):
+                delay = _retry_after(r)
+                if self.waited_s + delay > self.limits.engine_wait_s:
+                    raise _Stop(EndReason.MODEL_ERROR, f"engine unavailable for {self.waited_s:.0f} s (HTTP {r.status_code})")
+                self.sleep(delay)
+                self.waited_s += delay
+                continue
+            if r is not None and r.status_code == 200:
+                return _first_choice(r)
+            if r is not None:
+                error = f"HTTP {r.status_code}: {r.text[:300]}"
+                if r.status_code == 400 and any(s in r.text.lower() for s in _OVERFLOW):
+                    raise _Stop(EndReason.CONTEXT_OVERFLOW, error)
+                if r.status_code < 500:
+                    raise _Stop(EndReason.MODEL_ERROR, error)
+            failures += 1
+            if failures >= _RETRIES:
+                raise _Stop(EndReason.MODEL_ERROR, error)
+            self.sleep(float(failures))
+
+
+def _retry_after(r: httpx.Response) -> float:
+    try:
+        return min(max(float(r.headers.get("retry-after", "2")), 0.1), _MAX_RETRY_AFTER_S)
+    except ValueError:
+        return 2.0
+
+
+def _first_choice(r: httpx.Response) -> dict[str, Any]:
+    try:
+        data = r.json()
+        choice = data["choices"][0]
+        message = choice["message"]
+    except (ValueError, KeyError, IndexError, TypeError) as e:
+        raise _Stop(EndReason.MODEL_ERROR, f"malformed completion ({e!r}): {r.text[:300]}") from None
+    usage = data.get("usage") or {}
+    tokens = usage.get("completion_tokens")
+    if tokens is None:  # engines that return token ids but no usage
+        tokens = len(choice.get("token_ids") or []) or len(message.get("content") or "") // 4 + 1
+    # Only what the template renders goes back: extra fields (reasoning, refusal) would change nothing
+    # the model sees, and the content stays byte for byte what the engine produced.
+    kept = {"role": "assistant", "content": message.get("content")}
+    if message.get("tool_calls"):
+        kept["tool_calls"] = message["tool_calls"]
+    return {"message": kept, "tokens": int(tokens)}
+
+
+def _reply(action: Action, text: str) -> list[dict[str, Any]]:
+    """The observation as the next message(s): tool messages answer native tool calls (one per call id)."""
+    if not action.tool_call_ids:
+        return [{"role": "user", "content": text}]
+    first, *rest = action.tool_call_ids
+    return [{"role": "tool", "tool_call_id": first, "content": text}] + [
+        {"role": "tool", "tool_call_id": i, "content": "Not run: one command per turn."} for i in rest]
+
+
+def run_builtin(task_instruction: str, shell: Shell, client_config: ClientConfig, limits: Limits | None = None, *,
+                sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> Episode:
+    """Run one episode of the built-in agent on `task_instruction` in `shell`; never raises for the model's
+    or the sandbox's failures (they are end reasons), only for bugs."""
+    limits = limits or Limits()
+    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT},
+                                      {"role": "user", "content": f"Task: {task_instruction.strip()}"}]
+    episode = Episode(EndReason.TURN_LIMIT, 0, messages)
+    model = _Model(client_config, limits, sleep)
+    start = clock()
+    try:
+        while True:
+            agent_time = clock() - start - model.waited_s
+            if episode.turns >= limits.max_turns:
+                raise _Stop(EndReason.TURN_LIMIT)
+            if episode.completion_tokens >= limits.max_completion_tokens:
+                raise _Stop(EndReason.TOKEN_LIMIT)
+            if agent_time >= limits.wall_time_s:
+                raise _Stop(EndReason.TIME_LIMIT)
+            budget = limits.max_completion_tokens - episode.completion_tokens
+            answer = model.complete(messages, min(client_config.max_tokens, budget))
+            episode.turns += 1
+            episode.completion_tokens += answer["tokens"]
+            messages.append(answer["message"])
+            action = parse_action(answer["message"])
+            if action.command is not None:
+                remaining = limits.wall_time_s - (clock() - start - model.waited_s)
+                timeout = max(1.0, min(limits.command_timeout_s, remaining))
+                try:
+                    result = shell.run(action.command, timeout)
+                except ApplianceError as e:
+                    raise _Stop(EndReason.SANDBOX_ERROR, str(e)) from None
+                episode.commands += 1
+                observation = format_observation(result, limits.observation_chars, timeout)
+            elif action.submit:
+                observation = ""
+            else:
+                episode.parse_errors += 1
+                observation = action.feedback or ""
+            if action.submit:
+                raise _Stop(EndReason.SUBMITTED)
+            messages.extend(_reply(action, observation))
+    except _Stop as stop:
+        episode.end_reason, episode.error = stop.reason, stop.error
+    finally:
+        model.http.close()
+        episode.engine_wait_s = model.waited_s
+        episode.elapsed_s = clock() - start
+    return episode
