@@ -79,8 +79,10 @@ def corrupt_checkpoint(folder: Path) -> Path:
 class FakeEngine:
     """Stands in for appliance.serving.Engine in training tests and benchmarks (`EngineControl`).
 
-    Enforces the order serving -> pause_for_training -> load_weights* -> resume and fails loudly on any
-    other; optional delays imitate sleep, weight sync and wake. `loaded` lists (path, kind) per sync.
+    Enforces the real engine's order, serving -> pause_for_training -> (load_weights | resume) -> serving,
+    and fails loudly on any other: load_weights ends serving by itself (on the new weights, or on the old
+    ones after a refused sync, raising EngineError). Optional delays imitate sleep, sync+wake+canary and
+    wake. `loaded` lists (path, kind) per successful sync.
     """
 
     def __init__(self, *, policy_version: int = 0, pause_s: float = 0.0, sync_s: float = 0.0,
@@ -111,10 +113,12 @@ class FakeEngine:
         if not (Path(path) / expected).exists():
             raise AssertionError(f"{kind} checkpoint at {path} has no {expected}")
         self._step("sync")
+        self.serving = True
         if self.fail_load:
             from appliance.errors import EngineError
 
-            raise EngineError(f"fake engine refused {path}", "FakeEngine(fail_load=True) was asked to fail")
+            raise EngineError(f"fake engine refused {path}; the previous weights serve on",
+                              "FakeEngine(fail_load=True) was asked to fail")
         self.loaded.append((Path(path), kind))
         self._version += 1
         return self._version

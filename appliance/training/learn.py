@@ -3,12 +3,14 @@
     engine.pause_for_training()      drain, then sleep (GPU: vLLM sleep mode) or just stop serving (CPU)
     train                            resume the trainer from the latest checkpoint; SFT and/or GRPO steps
     save                             checkpoints_dir/v{N}: adapter or full weights + optimizer state
-    engine.load_weights(path, kind)  LoRA adapter load or full reload; wake; canary -> policy version N
-    engine.resume()                  serving again
+    engine.load_weights(path, kind)  LoRA adapter load or full reload, wake, canary, serve: version N
+
+`load_weights` ends serving by itself (on the new weights, or, when the sync or its canary fails, on the
+previous ones, raising `EngineError`); `engine.resume()` is only for a phase that ends without new weights
+(training failed, or nothing to save). So a crashed trainer never leaves serving asleep.
 
 Each transition is an event row with its duration, and each step's metrics a row set in `metrics`, so the
-TUI draws the timeline and the learning curve. Whatever fails, the engine is resumed on the weights it had
-(the `finally`): a crashed trainer must not leave serving asleep. The trainer is built per phase and freed
+TUI draws the timeline and the learning curve. The trainer is built per phase and freed
 afterwards, so its memory is back for serving; resume-from-checkpoint is therefore the normal path, tested
 on every phase, not a recovery path that rots.
 """
@@ -49,7 +51,7 @@ class LearnResult:
     policy_version: int
     checkpoint: Checkpoint | None
     steps: list[dict[str, float]] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)  # pause_s, load_s, train_s, save_s, sync_s, resume_s
+    timings: dict[str, float] = field(default_factory=dict)  # pause_s, load_s, train_s, save_s, sync_s | resume_s
 
     @property
     def compute_share(self) -> float:
@@ -104,7 +106,7 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
     with _timed(timings, "pause_s"):
         engine.pause_for_training()
     note("engine paused for training", timings["pause_s"])
-    trainer = None
+    trainer, synced = None, False
     try:
         with _timed(timings, "load_s"):
             trainer = PolicyTrainer(cfg, settings.model_path,
@@ -125,6 +127,10 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
         path = settings.checkpoints_dir / f"v{version}"
         with _timed(timings, "save_s"):
             kind = trainer.save(path)
+        del trainer  # free the trainer's memory before the engine wakes into it
+        trainer = None
+        _free_memory()
+        synced = True  # from here on the engine, not this phase, brings serving back
         with _timed(timings, "sync_s"):
             result.policy_version = engine.load_weights(path, kind)
         note("weights synced", timings["sync_s"], policy_version=result.policy_version, kind=kind)
@@ -132,11 +138,12 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
         result.checkpoint = Checkpoint(run_id, result.policy_version, iteration, kind, str(path), summary)
         store.add_checkpoint(result.checkpoint)
     finally:
-        del trainer
-        _free_memory()
-        with _timed(timings, "resume_s"):
-            engine.resume()
-        note("serving resumed", timings["resume_s"], policy_version=engine.policy_version)
+        if not synced:
+            del trainer
+            _free_memory()
+            with _timed(timings, "resume_s"):
+                engine.resume()
+            note("serving resumed without new weights", timings["resume_s"], policy_version=engine.policy_version)
     store.add_metrics(run_id, global_step, {k: v for k, v in timings.items()})
     return result
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from appliance.errors import EngineError
+from appliance.errors import ApplianceError, EngineError
 from appliance.schemas import Outcome, Rollout, RolloutStatus, Sample
 from appliance.testing import FakeEngine
 from appliance.training.advantages import build_groups
@@ -50,7 +50,7 @@ def test_learn_pauses_trains_syncs_and_resumes(store, tiny_settings):
     engine = FakeEngine()
     rollouts, samples = practice({"a": [1.0, 0.0, None], "b": [None, None, None], "c": [0.0, 1.0]})
     result = learn(store, tiny_settings, engine, rollouts, samples, run_id="run", iteration=0, steps=2)
-    assert engine.calls == ["pause", "sync", "resume"] and engine.serving
+    assert engine.calls == ["pause", "sync"] and engine.serving
     assert result.policy_version == 1 == engine.policy_version
     assert engine.loaded == [(tiny_settings.checkpoints_dir / "v1", "lora")]
     ckpt = store.latest_checkpoint("run")
@@ -58,12 +58,12 @@ def test_learn_pauses_trains_syncs_and_resumes(store, tiny_settings):
     assert ckpt.metrics["global_step"] == 2 and "loss" in ckpt.metrics
     for name in ("loss", "reward_mean", "reward_std", "valid_groups", "dropped_groups", "infra_error_rate",
                  "logprob_gap_mean", "logprob_gap_max", "is_ratio_mean", "is_ratio_min", "is_ratio_max",
-                 "is_clipped_frac", "tokens_per_s", "step_time_s", "pause_s", "sync_s", "resume_s", "train_s"):
+                 "is_clipped_frac", "tokens_per_s", "step_time_s", "pause_s", "sync_s", "train_s", "save_s"):
         assert store.metric_series("run", name), name
     assert [v for _, v in store.metric_series("run", "dropped_groups")] == [1.0, 0.0]
     assert store.metric_series("run", "infra_error_rate")[0][1] == pytest.approx(4 / 8)
     events = [e for e in store.events("run", kind="train")]
-    assert [e.message for e in events] == ["engine paused for training", "trained", "weights synced", "serving resumed"]
+    assert [e.message for e in events] == ["engine paused for training", "trained", "weights synced"]
     assert all(e.duration_s is not None and e.duration_s >= 0 for e in events)
 
     # the next phase resumes from v1: steps continue and v2 is written beside it
@@ -74,13 +74,22 @@ def test_learn_pauses_trains_syncs_and_resumes(store, tiny_settings):
 
 
 @pytest.mark.slow
-def test_a_failed_sync_still_resumes_serving_on_the_old_weights(store, tiny_settings):
+def test_a_failed_sync_leaves_the_old_weights_serving(store, tiny_settings):
     engine = FakeEngine(fail_load=True)
     with pytest.raises(EngineError):
         learn(store, tiny_settings, engine, *practice({"a": [1.0, 0.0]}), run_id="run", iteration=0)
-    assert engine.calls == ["pause", "sync", "resume"] and engine.serving and engine.policy_version == 0
+    assert engine.calls == ["pause", "sync"] and engine.serving and engine.policy_version == 0
     assert store.latest_checkpoint("run") is None
-    assert store.events("run", kind="train")[-1].message == "serving resumed"
+
+
+@pytest.mark.slow
+def test_a_failed_training_resumes_serving(store, tiny_settings):
+    engine = FakeEngine()
+    tiny_settings.engine.model = tiny_settings.home / "no-such-model"
+    with pytest.raises(ApplianceError, match="no Hugging Face model folder"):
+        learn(store, tiny_settings, engine, *practice({"a": [1.0, 0.0]}), run_id="run", iteration=0)
+    assert engine.calls == ["pause", "resume"] and engine.serving
+    assert store.events("run", kind="train")[-1].message == "serving resumed without new weights"
 
 
 def test_nothing_to_train_leaves_the_engine_serving(store, settings):
