@@ -167,3 +167,27 @@ def test_fakes_fail_loudly_off_script():
         run(policy, FakeShell({"ls": ""}))
     with pytest.raises(ScriptDivergence, match="stopped after 0 of 1"):
         ScriptedPolicy(["DONE"]).assert_done()
+
+
+@pytest.mark.slow
+def test_with_the_real_chat_template_each_prompt_extends_the_last_prompt_and_completion():
+    """The merge the trajectory builder relies on, with the bundled tokenizer and our chat template: the
+    harness's next prompt starts with the previous prompt plus the sampled tokens (content + <|im_end|>)."""
+    from pathlib import Path
+
+    bundled = Path("~/.local/share/appliance/models/SmolLM2-135M-Instruct").expanduser()
+    if not (bundled / "tokenizer.json").exists():
+        pytest.skip(f"the bundled model's tokenizer is missing at {bundled}; run scripts/setup")
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(bundled))
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    answers = ["Let me count.\n```bash\nwc -l < data.txt > count.txt\n```", "```bash\ncat count.txt\n```", "DONE"]
+    policy = ScriptedPolicy(answers)
+    run(policy, FakeShell({"wc -l < data.txt > count.txt": "", "cat count.txt": "42\n"}))
+    policy.assert_done()
+    prompts = [tok.apply_chat_template(r["messages"], add_generation_prompt=True, tokenize=True,
+                                       return_dict=True)["input_ids"] for r in policy.requests]
+    for prompt, answer, next_prompt in zip(prompts, answers, prompts[1:]):
+        sampled = tok(answer, add_special_tokens=False)["input_ids"] + [im_end]
+        assert next_prompt[: len(prompt) + len(sampled)] == prompt + sampled
