@@ -14,6 +14,8 @@ import os
 import threading
 from pathlib import Path
 
+from appliance.errors import SandboxError
+
 DOOR_PORT = 4000  # inside every sandbox: http://127.0.0.1:4000 is the model proxy
 
 _loop: asyncio.AbstractEventLoop | None = None
@@ -45,6 +47,9 @@ class DoorListener:
     (connects and closes without a byte) once it listens."""
 
     def __init__(self, door: ModelDoor, path: Path) -> None:
+        if len(str(path)) > 100:  # sun_path holds 108 bytes
+            raise SandboxError(f"socket path {path} is too long for a unix socket ({len(str(path))} > 100 chars)",
+                               "set APPLIANCE_HOME to a shorter path")
         self.door, self.path = door, path
         self.ready = threading.Event()
         self._writers: set[asyncio.StreamWriter] = set()

@@ -60,9 +60,14 @@ def apt_sources() -> Path:
                      "configure apt so `apt-get update` works; the sandbox image is built from its mirror")
 
 
+def rootfs_key(sources: Path) -> str:
+    """What the rootfs depends on: the package list, the apt sources, the suite (not the Containerfile)."""
+    return _digest(" ".join(packages()).encode(), sources.read_bytes(), SUITE.encode())
+
+
 def rootfs_tarball(settings: Settings, log: Callable[[str], None] = print) -> Path:
     sources = apt_sources()
-    key = _digest(" ".join(packages()).encode(), sources.read_bytes(), SUITE.encode())
+    key = rootfs_key(sources)
     cache = settings.home / "cache"
     tar = cache / f"sandbox-rootfs-{key}.tar"
     if tar.exists():

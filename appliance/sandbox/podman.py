@@ -162,3 +162,18 @@ def kill_quietly(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def remove_storage_root(settings: Settings) -> None:
+    """Delete an (isolated) storage root: sweep, `podman system reset`, then the files.
+
+    The reset runs with a config that lists no additional image stores, so a store shared in read-only
+    (the main one, in tests) is never touched.
+    """
+    sweep(settings)
+    alone = settings.model_copy(deep=True)
+    alone.podman.additional_image_stores = []
+    write_podman_config(alone)
+    podman(alone, "system", "reset", "-f", check=False, timeout=300)
+    shutil.rmtree(settings.podman_graphroot, ignore_errors=True)
+    shutil.rmtree(run_root(settings), ignore_errors=True)

@@ -33,6 +33,10 @@ from appliance.sandbox.image import image_ref
 from appliance.sandbox.podman import LABEL, OWNER_LABEL, podman, podman_bin, podman_env
 
 AGENT_UID = 1000
+# timeout(1) puts itself and the command in a new process group; when it returns, whatever the command
+# left running in that group (a backgrounded fork bomb, a server holding stdout open) is killed too.
+# Only `kill` (a builtin) runs after the command, so this works even when the pids limit is exhausted.
+_EXEC_WRAPPER = 'timeout -s KILL "$0" "$@" & p=$!; wait $p; rc=$?; kill -KILL -- -$p 2>/dev/null; exit $rc'
 DOOR_MOUNT = "/door"
 # A podman exec client that outlives the in-sandbox timeout by this much is stuck; kill it host-side.
 CLIENT_GRACE_S = 15.0
@@ -118,6 +122,24 @@ def _pump(streams: Mapping[IO[bytes], _Capture], deadline: float) -> bool:
         return True
     finally:
         sel.close()
+
+
+def _size_bytes(size: str) -> int:
+    """podman's memory notation ("512m", "1g", "1048576") in bytes."""
+    units = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    text = size.strip().lower()
+    try:
+        return int(float(text[:-1]) * units[text[-1]]) if text[-1] in units else int(text)
+    except (ValueError, IndexError):
+        raise SandboxError(f"sandbox.memory = {size!r} is not a size", 'use a number with a unit, e.g. "512m" or "2g"') from None
+
+
+def _skip_unsafe(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
+    """tarfile's 'data' filter, but an unsafe member (a link out of the tree) is skipped, not fatal."""
+    try:
+        return tarfile.data_filter(member, path)
+    except tarfile.FilterError:
+        return None
 
 
 def _chown_tree(path: Path, uid: int) -> None:
@@ -315,14 +337,16 @@ class Sandbox:
 
     def _run(self, ref: str, labels: Mapping[str, str]) -> None:
         s = self.settings.sandbox
+        mem = _size_bytes(s.memory)
         args = ["run", "-d", "--rm", "--name", self.name, "--pull=never",
                 "--label", f"{LABEL}=1", "--label", f"{OWNER_LABEL}={os.getpid()}",
                 *(a for k, v in labels.items() for a in ("--label", f"{k}={v}")),
                 "--network=none", "--cap-drop=ALL", "--security-opt=no-new-privileges",
                 "--read-only", "--read-only-tmpfs=false",
-                # tmpfs pages count against --memory, so they cannot outgrow the sandbox's memory either.
-                "--tmpfs", f"/tmp:rw,nosuid,nodev,size={s.memory}",
-                "--tmpfs", f"/home/agent:rw,nosuid,nodev,size={s.memory},mode=0700,U",
+                # tmpfs pages count against --memory and cannot be swapped out: full tmpfs mounts must
+                # leave room for processes, or the sandbox could never start another command.
+                "--tmpfs", f"/tmp:rw,nosuid,nodev,size={mem // 4}",
+                "--tmpfs", f"/home/agent:rw,nosuid,nodev,size={mem // 8},mode=0700,U",
                 f"--memory={s.memory}", f"--memory-swap={s.memory}", f"--pids-limit={s.pids_limit}",
                 f"--cpus={s.cpus}", f"--user={AGENT_UID}:{AGENT_UID}", "--init",
                 f"--timeout={s.lifetime_s}", "--log-driver=none", "--hostname=sandbox",
@@ -348,11 +372,15 @@ class Sandbox:
 
     def exec(self, cmd: str | Sequence[str], timeout: float | None = None, cwd: str = "/workspace",
              env: Mapping[str, str] | None = None) -> ExecResult:
-        """Run one command; killed inside after `timeout` s; each stream capped at output_limit_bytes."""
+        """Run one command; killed inside after `timeout` s; each stream capped at output_limit_bytes.
+
+        Processes the command leaves in the background die when it returns; keep a server running
+        across commands with `shell()` instead.
+        """
         limit = timeout or self.settings.sandbox.command_timeout_s
         argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         envs = [a for k, v in (env or {}).items() for a in ("-e", f"{k}={v}")]
-        full = [podman_bin(), "exec", "-w", cwd, *envs, self.name, "timeout", "-s", "KILL", f"{limit:g}", *argv]
+        full = [podman_bin(), "exec", "-w", cwd, *envs, self.name, "bash", "-c", _EXEC_WRAPPER, f"{limit:g}", *argv]
         cap = self.settings.sandbox.output_limit_bytes
         out, err = _Capture(cap), _Capture(cap)
         t0 = time.monotonic()
@@ -413,7 +441,7 @@ class Sandbox:
             with tempfile.TemporaryDirectory(dir=dest.parent) as tmp, tarfile.open(fileobj=buf) as tar:
                 # The archive comes from the untrusted side: the 'data' filter refuses absolute paths,
                 # links pointing out of the target, and device files.
-                tar.extractall(tmp, filter="data")
+                tar.extractall(tmp, filter=_skip_unsafe)
                 if dest.is_symlink() or dest.is_file():
                     dest.unlink()
                 elif dest.exists():

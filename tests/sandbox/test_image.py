@@ -1,0 +1,48 @@
+"""The offline image recipe: tag by content hash, rootfs cache keyed by packages only."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from appliance.config import Settings
+from appliance.sandbox import build_image, image_exists, image_ref
+from appliance.sandbox import image as image_mod
+
+
+@pytest.fixture
+def recipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    copy = tmp_path / "recipe"
+    shutil.copytree(image_mod.RECIPE_DIR, copy)
+    monkeypatch.setattr(image_mod, "RECIPE_DIR", copy)
+    return copy
+
+
+def test_recipe_lists_the_promised_tools() -> None:
+    pkgs = image_mod.packages()
+    for p in ("python3", "git", "gawk", "jq", "file", "patch", "procps"):
+        assert p in pkgs
+    containerfile = (image_mod.RECIPE_DIR / "Containerfile").read_text()
+    assert "FROM scratch" in containerfile and "--uid 1000" in containerfile and "/workspace" in containerfile
+
+
+def test_tag_changes_with_the_recipe_but_rootfs_key_only_with_packages(settings: Settings, recipe: Path) -> None:
+    sources = recipe / "debian.sources"
+    sources.write_text("Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\n")
+    ref, key = image_ref(settings), image_mod.rootfs_key(sources)
+    assert ref.startswith(f"{settings.sandbox.image}:") and image_ref(settings) == ref
+    (recipe / "Containerfile").write_text((recipe / "Containerfile").read_text() + "LABEL x=1\n")
+    assert image_ref(settings) != ref
+    assert image_mod.rootfs_key(sources) == key
+    (recipe / "packages").write_text((recipe / "packages").read_text() + "sqlite3\n")
+    assert image_mod.rootfs_key(sources) != key
+
+
+@pytest.mark.slow
+def test_build_is_a_no_op_when_the_image_exists(sandbox_settings: Settings) -> None:
+    assert image_exists(sandbox_settings)
+    logs: list[str] = []
+    assert build_image(sandbox_settings, log=logs.append) == image_ref(sandbox_settings)
+    assert logs == []

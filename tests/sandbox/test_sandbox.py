@@ -1,0 +1,172 @@
+"""Each limit of a hardened sandbox, with real Podman in the session's isolated storage root."""
+
+from __future__ import annotations
+
+import subprocess
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from appliance.config import Settings
+from appliance.errors import SandboxError
+from appliance.sandbox import LABEL, Sandbox
+from appliance.sandbox.podman import podman
+
+pytestmark = pytest.mark.slow
+
+
+def labelled(settings: Settings) -> list[str]:
+    out = podman(settings, "ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}")
+    return out.stdout.decode().split()
+
+
+@pytest.fixture
+def sb(sandbox_settings: Settings) -> Sandbox:
+    with Sandbox.start(sandbox_settings) as box:
+        yield box
+    assert box.name not in labelled(sandbox_settings)
+
+
+def test_runs_as_the_agent_in_the_workspace(sb: Sandbox) -> None:
+    r = sb.exec("id -u; pwd; echo $HOME; python3 -c 'print(6*7)'; git --version")
+    assert r.exit_code == 0 and not r.timed_out
+    assert r.stdout.split("\n")[:4] == ["1000", "/workspace", "/home/agent", "42"]
+
+
+def test_egress_fails(sb: Sandbox) -> None:
+    r = sb.exec("python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 80), timeout=5)'")
+    assert r.exit_code != 0 and "Network is unreachable" in r.stderr
+    r = sb.exec("curl -sS --max-time 5 http://1.1.1.1/")
+    assert r.exit_code == 7 and "Failed to connect" in r.stderr
+    r = sb.exec("cat /proc/net/dev")
+    assert "lo:" in r.stdout and "eth0" not in r.stdout  # only the loopback interface exists
+
+
+def test_writes_outside_the_workspace_fail(sb: Sandbox) -> None:
+    for path in ("/etc/passwd", "/usr/bin/x", "/x", "/var/x", "/door/x"):
+        r = sb.exec(f"echo pwned > {path}")
+        assert r.exit_code != 0, path
+    r = sb.exec("echo ok > /workspace/out && echo t > /tmp/t && echo h > ~/h && cat /workspace/out /tmp/t ~/h")
+    assert r.stdout == "ok\nt\nh\n"
+    assert (sb.workspace / "out").read_text() == "ok\n"
+    r = sb.exec("sudo id; su -c id; grep Cap /proc/self/status | sort -u")
+    assert "CapEff:\t0000000000000000" in r.stdout and "uid=0" not in r.stdout
+
+
+def test_fork_bomb_is_contained(sb: Sandbox, sandbox_settings: Settings) -> None:
+    r = sb.exec(":(){ :|:& };: ; sleep 2; ps -e --no-headers | wc -l", timeout=10)
+    assert r.stdout.strip() == "" or int(r.stdout) <= sandbox_settings.sandbox.pids_limit
+    after = sb.exec("ps -e --no-headers | wc -l")
+    assert after.exit_code == 0 and int(after.stdout) < 10  # the bomb's group died with its time limit
+    assert subprocess.run(["true"]).returncode == 0  # the host still forks
+    pids = podman(sandbox_settings, "inspect", sb.name, "--format", "{{.HostConfig.PidsLimit}}").stdout.decode()
+    assert int(pids) == sandbox_settings.sandbox.pids_limit
+
+
+def test_memory_bomb_is_killed_not_the_host(sb: Sandbox) -> None:
+    r = sb.exec("python3 -c 'x = bytearray(2 * 1024**3); print(len(x))'", timeout=30)
+    assert r.exit_code == 137 and not r.timed_out and "2147483648" not in r.stdout
+    r = sb.exec("head -c 1G /dev/zero > /tmp/fill; echo $?", timeout=30)  # tmpfs pages count too
+    assert r.exit_code != 0 or r.stdout.strip() != "0"
+    assert sb.exec("echo alive").stdout == "alive\n"
+
+
+def test_a_command_past_its_time_limit_is_killed(sb: Sandbox) -> None:
+    r = sb.exec("echo started; sleep 60 | cat; echo never", timeout=1)
+    assert r.timed_out and r.exit_code == 137
+    assert r.stdout == "started\n"
+    assert "sleep 60" not in sb.exec("ps -eo args").stdout
+
+
+def test_persistent_shell_keeps_state_and_survives_timeouts(sb: Sandbox) -> None:
+    sh = sb.shell()
+    assert sh.run("cd /tmp && X=41").exit_code == 0
+    r = sh.run("echo $((X+1)); pwd; echo -n e >&2; false")
+    assert (r.stdout, r.stderr, r.exit_code) == ("42\n/tmp\n", "e", 1)
+    assert sh.run("if then").exit_code == 2  # a syntax error does not desynchronise the session
+    assert sh.run("cat").exit_code == 0  # stdin is /dev/null, not the protocol
+    r = sh.run("sleep 60 & sleep 60", timeout=1)
+    assert r.timed_out and sh.restarts == 1
+    assert sh.run("pwd").stdout == "/workspace\n"  # a fresh session
+    assert "sleep 60" not in sb.exec("ps -eo args").stdout
+    assert sh.run("exit 3").exit_code == 3
+    assert sh.run("echo back").stdout == "back\n"
+
+
+def test_output_is_capped_and_memory_stays_bounded(sb: Sandbox, sandbox_settings: Settings) -> None:
+    cap = sandbox_settings.sandbox.output_limit_bytes
+    tracemalloc.start()
+    r = sb.exec("head -c 100000000 /dev/zero | tr '\\0' x; head -c 5000000 /dev/zero >&2", timeout=120)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert r.exit_code == 0 and r.truncated
+    assert r.stdout.startswith("x" * 1000) and "output truncated, 99000000 more bytes dropped" in r.stdout
+    assert len(r.stdout) < cap + 200 and len(r.stderr) < cap + 200
+    assert peak < 20 * cap
+    r = sb.shell().run("head -c 100000000 /dev/zero | tr '\\0' y; echo tail", timeout=120)
+    assert r.truncated and "more bytes dropped" in r.stdout and r.exit_code == 0
+    assert sb.shell().run("echo next").stdout == "next\n"
+
+
+def test_put_and_get_files_and_trees(sb: Sandbox, tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "a.txt").write_text("a")
+    (tree / "sub" / "b.bin").write_bytes(bytes(range(256)) * 100)
+    sb.put(tree, "/workspace/proj")
+    sb.put(b"raw bytes", "/tmp/deep/r.txt")
+    r = sb.exec("cat /workspace/proj/a.txt /tmp/deep/r.txt; stat -c %u /workspace/proj/sub/b.bin")
+    assert r.stdout == "araw bytes1000\n"
+    sb.exec("ln -s /etc/shadow /workspace/proj/evil; ln -s ../../../../etc /workspace/proj/up")
+    got = sb.get("/workspace/proj", tmp_path / "back")
+    assert (got / "sub" / "b.bin").read_bytes() == (tree / "sub" / "b.bin").read_bytes()
+    assert not (got / "evil").exists() and not (got / "evil").is_symlink()  # links out of the tree are dropped
+    assert not (got / "up").is_symlink()
+    assert sb.get("/tmp/deep/r.txt", tmp_path / "r.txt").read_text() == "raw bytes"
+    with pytest.raises(SandboxError, match="get /nope"):
+        sb.get("/nope", tmp_path / "nope")
+    with pytest.raises(SandboxError, match="writable"):
+        sb.put(b"x", "/etc/x")
+
+
+def test_verifier_files_are_never_visible_to_the_agent(sandbox_settings: Settings, tmp_path: Path) -> None:
+    """The verifier stays on the host and runs afterwards in a fresh sandbox over a copy of the workspace."""
+    verifier = tmp_path / "verifier"
+    verifier.mkdir()
+    (verifier / "check.sh").write_text("grep -q VERIFIER_SECRET_42 /dev/null; test \"$(cat /workspace/answer)\" = 7\n")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with Sandbox.start(sandbox_settings, workspace=ws) as agent:
+        r = agent.exec(f"echo 7 > answer; ls {verifier} 2>&1; grep -rl VERIFIER_SECRET_42 / --exclude-dir=proc "
+                       "--exclude-dir=sys 2>/dev/null; find / -name check.sh 2>/dev/null", timeout=60)
+        assert "check.sh" not in r.stdout and "No such file" in r.stdout
+        workspace_copy = agent.get("/workspace", tmp_path / "copy")
+    with Sandbox.start(sandbox_settings) as judge:
+        judge.put(workspace_copy, "/workspace")
+        judge.put(verifier, "/tmp/verifier")
+        assert judge.exec("bash /tmp/verifier/check.sh").exit_code == 0
+
+
+def test_no_container_left_after_an_exception(sandbox_settings: Settings) -> None:
+    with pytest.raises(RuntimeError), Sandbox.start(sandbox_settings) as box:
+        raise RuntimeError("boom")
+    assert box.name not in labelled(sandbox_settings)
+    assert not box.workspace.exists()  # an auto-created workspace goes with its sandbox
+
+
+def test_bad_input_gives_clear_errors_and_no_leak(sandbox_settings: Settings, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    before = labelled(sandbox_settings)
+    with pytest.raises(SandboxError, match="not built") as e:
+        Sandbox.start(sandbox_settings, image="appliance-sandbox:missing")
+    assert "appliance init" in e.value.hint
+    with pytest.raises(SandboxError, match="does not exist"):
+        Sandbox.start(sandbox_settings, workspace=tmp_path / "absent")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(SandboxError, match="podman is not installed") as e:
+        Sandbox.start(sandbox_settings)
+    assert "scripts/setup" in e.value.hint
+    monkeypatch.undo()
+    assert labelled(sandbox_settings) == before
+    assert list((sandbox_settings.home / "sandboxes").iterdir()) == []
