@@ -133,6 +133,24 @@ class TrainingSettings(Section):
     seed: int = Field(0, description="Seed for LoRA initialisation and data order.")
 
 
+class HarnessSettings(Section):
+    max_turns: int = Field(10, ge=1, description="Model calls per episode of the built-in harness.")
+    max_completion_tokens: int = Field(4096, ge=1, description="Completion tokens per episode, summed over its calls.")
+    max_tokens_per_call: int = Field(384, ge=1, description="max_tokens of one call of the built-in harness.")
+    wall_time_s: float = Field(
+        600.0, gt=0, description="The agent's time per episode; waiting for a busy engine (503) does not count."
+    )
+    command_timeout_s: float = Field(60.0, gt=0, description="Time limit of one command the agent runs.")
+    observation_chars: int = Field(2000, ge=100, description="Command output shown to the model; longer keeps head and tail.")
+    engine_wait_s: float = Field(
+        3600.0, gt=0, description="Longest wait for an engine answering 503 before the episode is an infra error."
+    )
+    temperature: float = Field(0.7, ge=0, description="Sampling temperature of the built-in harness.")
+    native_tools: bool = Field(
+        False, description="Offer bash/submit as OpenAI tools (needs the engine's tool parser); fenced blocks always work."
+    )
+
+
 PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
     "cpu": {"engine": {"dtype": "float32", "enforce_eager": True, "enable_sleep_mode": False}},
     "gpu": {
@@ -155,6 +173,7 @@ class Settings(BaseSettings):
     engine: EngineSettings = Field(default_factory=EngineSettings)
     proxy: ProxySettings = Field(default_factory=ProxySettings)
     training: TrainingSettings = Field(default_factory=TrainingSettings)
+    harness: HarnessSettings = Field(default_factory=HarnessSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from appliance.config import HarnessSettings
 
 
 class CommandResult(Protocol):
@@ -48,6 +51,11 @@ class ClientConfig:
     extra_body: dict[str, Any] = field(default_factory=dict)  # merged into every request (top_p, seed, ...)
     transport: Any = None  # an httpx transport; tests hand in ScriptedPolicy's, production leaves None
 
+    @classmethod
+    def from_settings(cls, h: HarnessSettings, base_url: str, api_key: str, model: str = "policy") -> ClientConfig:
+        return cls(base_url, api_key, model, temperature=h.temperature, max_tokens=h.max_tokens_per_call,
+                   native_tools=h.native_tools)
+
 
 @dataclass(slots=True)
 class Limits:
@@ -57,6 +65,11 @@ class Limits:
     command_timeout_s: float = 60.0
     observation_chars: int = 2000  # longer command output keeps its head and tail
     engine_wait_s: float = 3600.0  # longest wait for an engine that answers 503 (training, syncing)
+
+    @classmethod
+    def from_settings(cls, h: HarnessSettings) -> Limits:
+        return cls(h.max_turns, h.max_completion_tokens, h.wall_time_s, h.command_timeout_s,
+                   h.observation_chars, h.engine_wait_s)
 
 
 class EndReason(StrEnum):

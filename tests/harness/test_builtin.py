@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from appliance.errors import SandboxError
-from appliance.harness.base import EndReason, Limits
+from appliance.harness.base import ClientConfig, EndReason, Limits
 from appliance.harness.builtin import run_builtin
 from appliance.testing import FakeClock, FakeResult, FakeShell, Reply, ScriptDivergence, ScriptedPolicy
 from appliance.trajectories import build_samples
@@ -191,3 +191,12 @@ def test_with_the_real_chat_template_each_prompt_extends_the_last_prompt_and_com
     for prompt, answer, next_prompt in zip(prompts, answers, prompts[1:]):
         sampled = tok(answer, add_special_tokens=False)["input_ids"] + [im_end]
         assert next_prompt[: len(prompt) + len(sampled)] == prompt + sampled
+
+
+def test_limits_and_client_come_from_the_settings_tree(settings):
+    settings.harness.max_turns = 3
+    settings.harness.native_tools = True
+    assert Limits.from_settings(settings.harness) == Limits(max_turns=3)
+    client = ClientConfig.from_settings(settings.harness, "http://127.0.0.1:8200/r/tok/v1", "tok")
+    assert (client.base_url, client.api_key, client.native_tools, client.max_tokens) == (
+        "http://127.0.0.1:8200/r/tok/v1", "tok", True, 384)
