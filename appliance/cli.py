@@ -183,5 +183,46 @@ def sandbox_sweep(ctx: click.Context) -> None:
     click.echo(f"removed {sweep(settings_of(ctx))} sandbox(es)")
 
 
+@main.command()
+@click.option("--run", "run_id", default=None, help="Run to watch (default: the newest, followed as new runs start).")
+@click.option("--refresh", "refresh_s", type=click.FloatRange(0.1, 60), default=0.5, show_default=True,
+              help="Seconds between reads of the store.")
+@click.pass_context
+@friendly_errors
+def tui(ctx: click.Context, run_id: str | None, refresh_s: float) -> None:
+    """Watch and steer the appliance in the terminal (reads the store; keys 1-5 switch screens, q quits)."""
+    from appliance.tui import run_tui
+
+    run_tui(settings_of(ctx), run_id=run_id, refresh_s=refresh_s)
+
+
+def _control_command(command: str, name: str, help_text: str) -> None:
+    @main.command(name, help=help_text)
+    @click.option("--run", "run_id", default=None, help="Run to control (default: the newest).")
+    @click.option("--timeout", "timeout_s", type=click.FloatRange(0.1), default=15.0, show_default=True,
+                  help="Seconds to wait for the loop to answer.")
+    @click.option("--no-wait", is_flag=True, help="Queue the request and return without waiting for the loop.")
+    @click.option("--json", "as_json", is_flag=True, help="Print the answered request as JSON.")
+    @click.pass_context
+    @friendly_errors
+    def cmd(ctx: click.Context, run_id: str | None, timeout_s: float, no_wait: bool, as_json: bool) -> None:
+        from dataclasses import asdict
+
+        from appliance.control import request
+        from appliance.store import Store
+
+        answered = request(Store(settings_of(ctx).db_path), command, run_id=run_id, timeout_s=timeout_s,
+                           wait=not no_wait)
+        emit(asdict(answered), as_json,
+             lambda d: click.echo(f"{d['command']} run {d['run_id']}: {d['status']}"
+                                  + (f" ({d['result']})" if d["result"] else "")))
+
+
+_control_command("pause", "pause", "Pause the running loop at its next safe point.")
+_control_command("resume", "resume", "Resume a paused loop.")
+_control_command("step", "step", "Run one phase of a paused loop, then pause again.")
+_control_command("stop_after_iteration", "stop", "Stop the loop when the current iteration ends.")
+
+
 if __name__ == "__main__":
     main()

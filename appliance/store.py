@@ -672,7 +672,7 @@ class Store:
         rows = self.conn.execute(
             "SELECT g.*, t.family, t.difficulty FROM (SELECT group_id, MIN(task_id) AS task_id, COUNT(*) AS n,"
             " SUM(status = 'running') AS running, SUM(status = 'finished') AS finished,"
-            " SUM(outcome = 'success') AS success, SUM(outcome = 'infra_error') AS infra_error,"
+            " TOTAL(outcome = 'success') AS success, TOTAL(outcome = 'infra_error') AS infra_error,"
             " AVG(reward) AS reward FROM rollouts WHERE run_id = ? AND iteration = ? AND purpose = ?"
             " GROUP BY group_id ORDER BY group_id LIMIT ? OFFSET ?) AS g LEFT JOIN tasks t ON t.id = g.task_id",
             (run_id, iteration, purpose, limit, offset))

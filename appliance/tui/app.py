@@ -1,0 +1,84 @@
+"""The Textual app: five screens over the store, switched with the number keys.
+
+Everything the app touches from outside comes in through `ApplianceApp(...)`: a store factory (tests
+hand in a fixture store), a system probe, a clock and a token decoder factory, so the same app runs
+against a live appliance over SSH and against a recorded run in a snapshot test.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from textual.app import App
+from textual.binding import Binding
+
+from appliance.schemas import Run
+from appliance.store import Store
+from appliance.tui.controls import ControlsScreen
+from appliance.tui.overview import OverviewScreen
+from appliance.tui.reports import ReportsScreen
+from appliance.tui.rollouts import RolloutsScreen
+from appliance.tui.system import system_probe
+from appliance.tui.tasks import TasksScreen
+from appliance.tui.trajectory import Decoder
+
+StoreFactory = Callable[[], Store]
+
+
+class ApplianceApp(App):
+    CSS_PATH = "app.tcss"
+    TITLE = "appliance"
+    MODES = {
+        "overview": OverviewScreen,
+        "tasks": TasksScreen,
+        "rollouts": RolloutsScreen,
+        "reports": ReportsScreen,
+        "controls": ControlsScreen,
+    }
+    DEFAULT_MODE = "overview"
+    BINDINGS = [
+        Binding("1", "switch_mode('overview')", "Overview"),
+        Binding("2", "switch_mode('tasks')", "Tasks"),
+        Binding("3", "switch_mode('rollouts')", "Rollouts"),
+        Binding("4", "switch_mode('reports')", "Reports"),
+        Binding("5", "switch_mode('controls')", "Controls"),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(self, store_factory: StoreFactory, *, run_id: str | None = None, refresh_s: float = 0.5,
+                 probe: Callable[[], str] = system_probe, clock: Callable[[], float] = time.time,
+                 decoder_factory: Callable[[], Decoder | None] = lambda: None,
+                 control_timeout_s: float = 15.0) -> None:
+        super().__init__()
+        self.store_factory = store_factory
+        self.run_id = run_id
+        self.refresh_s = refresh_s
+        self.probe = probe
+        self.clock = clock
+        self.control_timeout_s = control_timeout_s
+        self._decoder_factory = decoder_factory
+        self._store: Store | None = None
+        self._decoder: Decoder | None = None
+        self._decoder_loaded = False
+        self._lock = threading.Lock()
+
+    def open_store(self) -> Store:
+        """The store, opened on first use from a worker thread (opening may wait on a migration)."""
+        with self._lock:
+            if self._store is None:
+                self._store = self.store_factory()
+            return self._store
+
+    def current_run(self, store: Store) -> Run | None:
+        """The run asked for on the command line, else the newest one (so a run started later shows up)."""
+        return store.get_run(self.run_id) if self.run_id else store.latest_run()
+
+    def decoder(self) -> Decoder | None:
+        """The token decoder, loaded on first use from a worker thread (a tokenizer load takes seconds)."""
+        with self._lock:
+            if not self._decoder_loaded:
+                self._decoder = self._decoder_factory()
+                self._decoder_loaded = True
+            return self._decoder

@@ -1,0 +1,109 @@
+"""What every screen shares: a title line, a problem line, and reads off the UI thread on a timer.
+
+A screen implements `load(ctx)` (runs in a thread: store reads only, returns plain data) and
+`show(data)` (runs on the UI thread: updates widgets). The store being busy or missing, or no run yet,
+is shown on the problem line and retried at the next tick, never raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from textual.app import ComposeResult
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from appliance.errors import ApplianceError
+from appliance.schemas import Run
+from appliance.store import Store
+
+if TYPE_CHECKING:
+    from appliance.tui.app import ApplianceApp
+
+
+@dataclass(slots=True)
+class Context:
+    """What `load` gets: the store and the run the TUI watches (None until one exists)."""
+
+    store: Store
+    run: Run | None
+    now: float
+
+
+class PollingScreen(Screen):
+    """A screen that re-reads its data a few times a second while it is the one on display."""
+
+    TITLE_TEXT = ""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._loading = False
+        self._shown: Any = object()  # the last data shown: unchanged data does not touch the widgets
+
+    @property
+    def appliance(self) -> ApplianceApp:
+        return self.app  # type: ignore[return-value]
+
+    def compose_title(self) -> ComposeResult:
+        yield Static(self.TITLE_TEXT, id="title", classes="title")
+        yield Static("", id="problem", classes="problem")
+
+    def compose_footer(self) -> ComposeResult:
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.set_interval(self.appliance.refresh_s, self.reload)
+        self.reload()
+
+    def on_screen_resume(self) -> None:
+        self.reload()
+
+    def reload(self, *, force: bool = False) -> None:
+        if force:
+            self._shown = object()
+        if self._loading or not self.is_current:
+            return
+        self._loading = True
+        self.run_worker(self._refresh(), group="refresh")
+
+    async def _refresh(self) -> None:
+        try:
+            data = await asyncio.to_thread(self._load)
+        except (sqlite3.Error, ApplianceError, OSError) as e:
+            # sqlite "database is locked", a store mid-migration or a vanished file: say so, try again
+            self.query_one("#problem", Static).update(f"store unavailable ({_first_line(e)}); retrying")
+            return
+        finally:
+            self._loading = False
+        self.query_one("#problem", Static).update("")
+        if data != self._shown:
+            self._shown = data
+            self.show(data)
+
+    def _load(self) -> Any:
+        app = self.appliance
+        store = app.open_store()
+        run = app.current_run(store)
+        return self.load(Context(store, run, app.clock()))
+
+    def load(self, ctx: Context) -> Any:
+        raise NotImplementedError
+
+    def show(self, data: Any) -> None:
+        raise NotImplementedError
+
+    def set_title(self, text: str) -> None:
+        self.query_one("#title", Static).update(text)
+
+
+def run_title(run: Run | None, screen: str) -> str:
+    if run is None:
+        return f"{screen} · no run yet: start one with `appliance run`"
+    return f"{screen} · run {run.id} · {str(run.status).upper()}"
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).splitlines()[0] if str(e) else type(e).__name__

@@ -1,0 +1,148 @@
+"""Overview: the run, the current iteration's phase timeline, engine, device load, learning curves,
+rollout counts and the latest events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.markup import escape
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from appliance.schemas import Event, Iteration, IterationStatus, Phase
+from appliance.tui.base import Context, PollingScreen, run_title
+
+PHASES = [p for p in Phase if p != Phase.DONE]
+SPARKS = "▁▂▃▄▅▆▇█"
+CURVE_POINTS = 30
+EVENT_KINDS = ("phase", "engine", "error", "info", "control")
+
+
+@dataclass(frozen=True, slots=True)
+class OverviewData:
+    title: str
+    run: str
+    timeline: str
+    system: str
+    rollouts: str
+    curves: str
+    events: str
+
+
+class OverviewScreen(PollingScreen):
+    TITLE_TEXT = "overview"
+
+    def compose(self) -> ComposeResult:
+        yield from self.compose_title()
+        with VerticalScroll(id="overview"):
+            for name in ("run", "timeline", "system", "rollouts", "curves", "events"):
+                yield Static("", id=f"ov-{name}", classes="line")
+        yield from self.compose_footer()
+
+    def load(self, ctx: Context) -> OverviewData:
+        store, run = ctx.store, ctx.run
+        state, version, _ = store.engine_state()
+        engine = f"engine [b]{str(state).upper()}[/b] (policy v{version})"
+        system = f"{engine} · {escape(self.appliance.probe())}"
+        if run is None:
+            return OverviewData(run_title(None, "overview"), "", "", system, "", "", "")
+        iterations = store.iterations(run.id)
+        it = iterations[-1] if iterations else None
+        run_line = f"iteration [b]{it.index}[/b] of {len(iterations)} · policy v{it.policy_version}" if it else \
+            "no iteration yet"
+        timeline = phase_timeline(it, store.phase_events(run.id, it.index), ctx.now) if it else ""
+        counts = store.rollout_counts(run.id, it.index) if it else {}
+        return OverviewData(run_title(run, "overview"), run_line, timeline, system, rollout_line(counts),
+                            curves(store, run.id, counts), events_text(store.latest_events(run.id, limit=8,
+                                                                                           kinds=EVENT_KINDS)))
+
+    def show(self, data: OverviewData) -> None:
+        self.set_title(data.title)
+        for name in ("run", "timeline", "system", "rollouts", "curves", "events"):
+            self.query_one(f"#ov-{name}", Static).update(getattr(data, name))
+
+
+def phase_timeline(it: Iteration, events: list[Event], now: float) -> str:
+    """`synthesize 40s › validate 1m05s › [train 32s] › sync › ...`: done phases with their durations,
+    the current one highlighted, the ones to come dimmed.
+
+    The loop writes a `phase` event (data.iteration) when a phase starts; a phase lasts until the next
+    one starts, or `duration_s` when the event carries it.
+    """
+    starts: dict[str, Event] = {}
+    for e in events:
+        starts.setdefault(e.message, e)
+    ordered = sorted(starts.values(), key=lambda e: e.created_at)
+    parts = []
+    for phase in PHASES:
+        e = starts.get(phase)
+        current = phase == it.phase and it.status == IterationStatus.RUNNING
+        if e is None:
+            parts.append(f"[reverse] {phase} [/]" if current else f"[dim]{phase}[/]")
+            continue
+        later = [o.created_at for o in ordered if o.created_at > e.created_at]
+        if e.duration_s is not None:
+            duration = e.duration_s
+        elif later:
+            duration = later[0] - e.created_at
+        elif current:
+            duration = now - e.created_at
+        else:
+            duration = (it.finished_at or now) - e.created_at
+        label = f"{phase} {human_duration(duration)}"
+        parts.append(f"[reverse] {label} [/]" if current else label)
+    status = "" if it.status == IterationStatus.RUNNING else f"  ({it.status}{': ' + escape(it.error) if it.error else ''})"
+    return " › ".join(parts) + status
+
+
+def rollout_line(counts: dict[str, int]) -> str:
+    outcomes = " ".join(f"{name} {counts.get(key, 0)}" for key, name in
+                        (("success", "ok"), ("failure", "fail"), ("truncated", "trunc"), ("infra_error", "infra")))
+    return (f"rollouts  running [b]{counts.get('running', 0)}[/b] · pending {counts.get('pending', 0)} · "
+            f"done [b]{counts.get('finished', 0)}[/b] ({outcomes})")
+
+
+def curves(store, run_id: str, counts: dict[str, int]) -> str:
+    heldout = [v for _, v in store.heldout_curve(run_id)] or [v for _, v in store.metric_series(run_id, "heldout_pass@1")]
+    reward = [v for _, v in store.metric_series(run_id, "reward_mean")]
+    infra = [v for _, v in store.metric_series(run_id, "infra_error_rate")]
+    if not infra and counts.get("finished"):
+        infra = [counts.get("infra_error", 0) / counts["finished"]]
+    return "\n".join([
+        curve_line("held-out pass@1", heldout, "{:.2f}"),
+        curve_line("reward mean", reward, "{:.2f}"),
+        curve_line("infra-error rate", infra, "{:.1%}"),
+    ])
+
+
+def curve_line(label: str, values: list[float], fmt: str) -> str:
+    if not values:
+        return f"{label:<17}[dim]no data yet[/]"
+    return f"{label:<17}{sparkline(values[-CURVE_POINTS:]):<{CURVE_POINTS}} [b]{fmt.format(values[-1])}[/b]"
+
+
+def sparkline(values: list[float]) -> str:
+    lo, hi = min(values), max(values)
+    if hi - lo < 1e-12:
+        return SPARKS[len(SPARKS) // 2] * len(values)
+    return "".join(SPARKS[round((v - lo) / (hi - lo) * (len(SPARKS) - 1))] for v in values)
+
+
+def events_text(events: list[Event]) -> str:
+    lines = ["[b]latest events[/b]"]
+    for e in events:
+        took = f" ({human_duration(e.duration_s)})" if e.duration_s is not None else ""
+        style = "red" if e.kind == "error" else ""
+        text = f"{e.kind:<7} {escape(e.message)}{took}"
+        lines.append(f"[{style}]{text}[/]" if style else text)
+    return "\n".join(lines)
+
+
+def human_duration(seconds: float) -> str:
+    s = max(0, int(round(seconds)))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"

@@ -1,0 +1,95 @@
+"""Reports: the capability report of any iteration, rendered from its Markdown, or its diff to the
+report of the iteration before."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any
+
+from rich.markup import escape
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import Markdown, OptionList, Static
+from textual.widgets.option_list import Option
+
+from appliance.tui.base import Context, PollingScreen, run_title
+
+
+@dataclass(frozen=True, slots=True)
+class ReportsData:
+    title: str
+    iterations: tuple[int, ...]
+    shown: int | None
+    markdown: str
+    previous: str | None  # the report before `shown`, for the diff
+
+
+class ReportsScreen(PollingScreen):
+    TITLE_TEXT = "reports"
+    BINDINGS = [Binding("d", "toggle_diff", "Diff to previous")]
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.selected: int | None = None  # None: the latest report
+        self.diff = False
+
+    def compose(self) -> ComposeResult:
+        yield from self.compose_title()
+        with Horizontal(id="reports"):
+            yield OptionList(id="report-list")
+            with VerticalScroll(id="report-body"):
+                yield Markdown("", id="report")
+                yield Static("", id="report-diff")
+        yield from self.compose_footer()
+
+    def load(self, ctx: Context) -> ReportsData:
+        if ctx.run is None:
+            return ReportsData(run_title(None, "reports"), (), None, "", None)
+        store, run_id = ctx.store, ctx.run.id
+        iterations = tuple(store.report_iterations(run_id))
+        shown = self.selected if self.selected in iterations else (iterations[-1] if iterations else None)
+        if shown is None:
+            return ReportsData(run_title(ctx.run, "reports"), (), None, "No capability report yet: the first one is "
+                               "written at the end of iteration 0.", None)
+        _, markdown = store.report(run_id, shown)
+        earlier = [i for i in iterations if i < shown]
+        previous = store.report(run_id, earlier[-1])[1] if earlier else None
+        return ReportsData(run_title(ctx.run, "reports"), iterations, shown, markdown, previous)
+
+    def show(self, data: ReportsData) -> None:
+        self.set_title(data.title + ("" if data.shown is None else f" · iteration {data.shown}"))
+        options = self.query_one("#report-list", OptionList)
+        if tuple(o.id for o in options.options) != tuple(str(i) for i in data.iterations):
+            options.clear_options()
+            options.add_options([Option(f"iteration {i}", id=str(i)) for i in data.iterations])
+        if data.shown is not None and data.iterations:
+            options.highlighted = data.iterations.index(data.shown)
+        self.query_one("#report", Markdown).update(data.markdown)
+        self.query_one("#report", Markdown).display = not self.diff
+        diff = self.query_one("#report-diff", Static)
+        diff.display = self.diff
+        if self.diff:
+            diff.update(diff_markup(data.previous, data.markdown))
+
+    def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        chosen = int(event.option.id)
+        if chosen != self.selected:
+            self.selected = chosen
+            self.reload(force=True)
+
+    def action_toggle_diff(self) -> None:
+        self.diff = not self.diff
+        self.reload(force=True)
+
+
+def diff_markup(previous: str | None, current: str) -> str:
+    if previous is None:
+        return "[dim]no earlier report to compare with[/]"
+    lines = difflib.unified_diff(previous.splitlines(), current.splitlines(), "previous", "this", lineterm="", n=2)
+    out = []
+    for line in lines:
+        style = "green" if line.startswith("+") else "red" if line.startswith("-") else "cyan" if line.startswith("@") else ""
+        out.append(f"[{style}]{escape(line)}[/]" if style else escape(line))
+    return "\n".join(out) or "[dim]identical to the previous report[/]"

@@ -1,0 +1,109 @@
+"""Rollouts: the GRPO groups of one step (a page at a time), the rollouts of the group under the cursor,
+and Enter opens a rollout's trajectory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.widgets import DataTable, Static
+
+from appliance.schemas import Rollout
+from appliance.tui.base import Context, PollingScreen, run_title
+from appliance.tui.tasks import fill
+from appliance.tui.trajectory import TrajectoryScreen
+
+PAGE = 50
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutsData:
+    title: str
+    subtitle: str
+    groups: tuple[tuple[str, ...], ...]
+    group_ids: tuple[str, ...]
+    rollouts: tuple[Rollout, ...]
+
+
+class RolloutsScreen(PollingScreen):
+    TITLE_TEXT = "rollouts"
+    BINDINGS = [
+        Binding("right_square_bracket", "page(1)", "Next page"),
+        Binding("left_square_bracket", "page(-1)", "Prev page"),
+        Binding("full_stop", "iteration(1)", "Next it."),
+        Binding("comma", "iteration(-1)", "Prev it."),
+    ]
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.iteration: int | None = None  # None: follow the latest iteration
+        self.page = 0
+        self.group: str | None = None
+        self._latest = 0
+
+    def compose(self) -> ComposeResult:
+        yield from self.compose_title()
+        yield Static("", id="step", classes="subtitle")
+        groups = DataTable(id="groups", cursor_type="row", zebra_stripes=True)
+        groups.add_columns("group", "task", "n", "run", "done", "ok", "infra", "reward")
+        yield groups
+        rollouts = DataTable(id="rollouts", cursor_type="row")
+        rollouts.add_columns("rollout", "status", "outcome", "reward", "turns", "error")
+        yield rollouts
+        yield from self.compose_footer()
+
+    def load(self, ctx: Context) -> RolloutsData:
+        if ctx.run is None:
+            return RolloutsData(run_title(None, "rollouts"), "", (), (), ())
+        store, run_id = ctx.store, ctx.run.id
+        iterations = store.iterations(run_id)
+        self._latest = iterations[-1].index if iterations else 0
+        it = self._latest if self.iteration is None else self.iteration
+        total = store.group_count(run_id, it)
+        pages = max(1, -(-total // PAGE))
+        self.page = min(self.page, pages - 1)
+        groups = store.rollout_groups(run_id, it, limit=PAGE, offset=self.page * PAGE)
+        group = self.group if self.group in {g["group_id"] for g in groups} else (groups[0]["group_id"] if groups else None)
+        rollouts = tuple(store.rollouts(run_id, group_id=group)) if group else ()
+        subtitle = (f"iteration {it} · {total} groups · page {self.page + 1}/{pages} · "
+                    "Enter opens a trajectory")
+        rows = tuple((g["group_id"] or "-", f"{g['family'] or '?'}/{g['difficulty'] or '?'}", str(g["n"]),
+                      str(g["running"]), str(g["finished"]), str(int(g["success"])), str(int(g["infra_error"])),
+                      "-" if g["reward"] is None else f"{g['reward']:.2f}") for g in groups)
+        return RolloutsData(run_title(ctx.run, "rollouts"), subtitle, rows, tuple(g["group_id"] or "" for g in groups),
+                            rollouts)
+
+    def show(self, data: RolloutsData) -> None:
+        self.set_title(data.title)
+        self.query_one("#step", Static).update(data.subtitle)
+        fill(self.query_one("#groups", DataTable), list(data.groups), keys=list(data.group_ids))
+        fill(self.query_one("#rollouts", DataTable),
+             [(r.id, str(r.status), str(r.outcome or ""), "-" if r.reward is None else f"{r.reward:.2f}",
+               str(r.turns), (r.error or "")[:40]) for r in data.rollouts], keys=[r.id for r in data.rollouts])
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id != "groups" or event.row_key.value is None \
+                or event.cursor_row != event.data_table.cursor_row:
+            return
+        if event.row_key.value != self.group:
+            self.group = event.row_key.value
+            self.reload(force=True)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table.id == "rollouts" and event.row_key.value:
+            self.app.push_screen(TrajectoryScreen(event.row_key.value))
+        elif event.data_table.id == "groups":
+            self.query_one("#rollouts", DataTable).focus()
+
+    def action_page(self, delta: int) -> None:
+        self.page, self.group = max(0, self.page + delta), None
+        self.reload(force=True)
+
+    def action_iteration(self, delta: int) -> None:
+        current = self._latest if self.iteration is None else self.iteration
+        target = min(self._latest, max(0, current + delta))
+        self.iteration = None if target == self._latest else target
+        self.page, self.group = 0, None
+        self.reload(force=True)
