@@ -51,7 +51,8 @@ TOOLS = [
         "name": "bash", "description": "Run one bash command in /workspace and see its output.",
         "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}},
     {"type": "function", "function": {
-        "name": "submit", "description": "Say the task is finished.", "parameters": {"type": "object", "properties": {}}}},
+        "name": "submit", "description": "Say the task is finished.",
+        "parameters": {"type": "object", "properties": {}}}},
 ]
 
 _OVERFLOW = ("context length", "context_length", "maximum context", "too long", "prompt is too long")
@@ -88,7 +89,8 @@ class _Model:
             if r is not None and r.status_code in (429, 503):
                 delay = _retry_after(r)
                 if self.waited_s + delay > self.limits.engine_wait_s:
-                    raise _Stop(EndReason.MODEL_ERROR, f"engine unavailable for {self.waited_s:.0f} s (HTTP {r.status_code})")
+                    raise _Stop(EndReason.MODEL_ERROR,
+                                f"engine unavailable for {self.waited_s:.0f} s (HTTP {r.status_code})")
                 self.sleep(delay)
                 self.waited_s += delay
                 continue
