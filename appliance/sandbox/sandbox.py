@@ -260,8 +260,12 @@ _cleanup_installed = False
 def _stop_all() -> None:
     with _live_lock:
         boxes = list(_live.values())
+    if not boxes:
+        return
+    # One `podman rm` for all: at shutdown, 32 sandboxes one by one would take ~10 s.
+    podman(boxes[0].settings, "rm", "-f", "-t", "0", "--ignore", *(sb.name for sb in boxes), check=False, timeout=120)
     for sb in boxes:
-        sb.stop()
+        sb.stop(removed=True)
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
@@ -449,7 +453,7 @@ class Sandbox:
                 os.replace(Path(tmp) / source.name, dest)
         return dest
 
-    def stop(self) -> None:
+    def stop(self, *, removed: bool = False) -> None:
         """Remove the container (idempotent); also the door, its socket dir and an auto-created workspace."""
         if self._stopped:
             return
@@ -457,7 +461,8 @@ class Sandbox:
         try:
             if self._shell is not None:
                 self._shell.close()
-            podman(self.settings, "rm", "-f", "-t", "0", "--ignore", self.name, check=False, timeout=120)
+            if not removed:
+                podman(self.settings, "rm", "-f", "-t", "0", "--ignore", self.name, check=False, timeout=120)
         finally:
             with _live_lock:
                 _live.pop(self.name, None)
