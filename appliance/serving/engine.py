@@ -1,0 +1,421 @@
+"""The inference engine: a supervised vLLM server, its state machine, weight sync and canary.
+
+States (schemas.ENGINE_TRANSITIONS, persisted through the store so the TUI and a restart see them):
+
+    SERVING -> DRAINING -> SLEEPING -> SYNCING -> WAKING -> CANARY -> SERVING
+
+DRAINING waits for the model calls the proxy has in flight (`try_admit`/`release` count them); only
+SERVING admits new ones. On the GPU, SLEEPING frees memory through vLLM's sleep mode; on the CPU sleep
+mode does not exist, so the engine only stops serving. Every successful sync bumps the policy version.
+
+The canary: after every sync or wake the engine greedily generates `engine.canary_tokens` tokens of a
+fixed prompt. After a sync they must equal the trainer's own greedy output for the new weights
+(appliance.training.reference, run in a subprocess: serving never imports torch); after a plain wake
+they must equal the output recorded when these weights were last verified. A sync that fails any step
+(unreadable checkpoint, engine error, canary mismatch) puts the previous weights back, records the
+error and raises `EngineError`: the old policy keeps serving.
+
+Full weights are reloaded in place (`/collective_rpc reload_weights`), except for models with tied
+input/output embeddings (SmolLM2): vLLM 0.32's in-place reload leaves the tied lm_head stale (it logs
+"ParallelLMHead: Failed to load weights" and the canary catches it), so those restart the server on the
+new folder instead.
+
+A supervisor thread restarts a server that died (the error is recorded as an event); requests in
+flight at that moment fail, and the proxy records them as infra errors.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import httpx
+
+from appliance.config import Settings
+from appliance.errors import ApplianceError, EngineError
+from appliance.schemas import EngineState, Event
+from appliance.serving import process
+from appliance.store import Store
+
+CANARY_TEXT = "The appliance canary: count the planets of the solar system, then name the largest."
+WeightsKind = Literal["lora", "full"]
+
+
+@dataclass(frozen=True)
+class Weights:
+    """What the engine serves: a full-weights folder, optionally with a LoRA adapter on top."""
+
+    full: Path
+    lora: Path | None = None
+    adapter_name: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps({"full": str(self.full), "lora": str(self.lora) if self.lora else None,
+                           "adapter_name": self.adapter_name})
+
+    @classmethod
+    def from_json(cls, text: str | None) -> Weights | None:
+        if not text:
+            return None
+        d = json.loads(text)
+        return cls(Path(d["full"]), Path(d["lora"]) if d.get("lora") else None, d.get("adapter_name"))
+
+    def exists(self) -> bool:
+        return self.full.exists() and (self.lora is None or self.lora.exists())
+
+
+class Engine:
+    def __init__(self, settings: Settings, store: Store, model_path: Path | str | None = None) -> None:
+        self.settings = settings
+        self.store = store
+        self.model_path = Path(model_path or settings.model_path)  # tokenizer and initial weights
+        self.base_url = f"http://{settings.engine.host}:{settings.engine.port}"
+        self._proc: subprocess.Popen | None = None
+        self.log_path: Path | None = None
+        self._cond = threading.Condition()  # guards _state and _inflight
+        self._state = EngineState.STOPPED
+        self._inflight = 0
+        self._op = threading.RLock()  # one state-machine operation (sync, restart, stop) at a time
+        self._stopping = threading.Event()
+        self._supervisor: threading.Thread | None = None
+        self._weights = Weights(self.model_path)
+        self._loaded_full: Path | None = None  # the full-weights folder the running server holds
+        self._canary_prompt: list[int] | None = None
+        self._canary_expected: list[int] | None = None
+        _, self.policy_version, _ = store.engine_state()
+        self._http = httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(120.0, connect=5.0))
+
+    # --- what the proxy reads -------------------------------------------------------------------
+    @property
+    def state(self) -> EngineState:
+        return self._state
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def model_name(self) -> str:
+        """The name requests must carry now: the current LoRA adapter's, else the base served name."""
+        return self._weights.adapter_name or self.settings.engine.served_model_name
+
+    def try_admit(self) -> bool:
+        """Count one model call in flight; False (call refused) unless SERVING."""
+        with self._cond:
+            if self._state != EngineState.SERVING:
+                return False
+            self._inflight += 1
+            return True
+
+    def release(self) -> None:
+        with self._cond:
+            self._inflight -= 1
+            self._cond.notify_all()
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Launch the server and wait until it serves; restores the weights the store says were served."""
+        with self._op:
+            stored = Weights.from_json(self.store.engine_state()[2])
+            if stored is not None and stored.exists():
+                self._weights = stored
+            else:
+                self._weights, self.policy_version = Weights(self.model_path), 0
+            self._set(EngineState.STARTING, force=True)
+            try:
+                self._launch()
+            except ApplianceError as e:
+                self._set(EngineState.FAILED, error=e.message)
+                raise
+            self._set(EngineState.SERVING, policy_version=self.policy_version, weights=self._weights.to_json())
+            self._stopping.clear()
+            if self._supervisor is None or not self._supervisor.is_alive():
+                self._supervisor = threading.Thread(target=self._supervise, name="engine-supervisor", daemon=True)
+                self._supervisor.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        with self._op:
+            if self._proc is not None:
+                process.kill(self._proc)
+                self._proc = None
+            if self._state != EngineState.STOPPED:
+                self._set(EngineState.STOPPED)
+        if self._supervisor is not None and self._supervisor is not threading.current_thread():
+            self._supervisor.join(timeout=10)
+
+    def __enter__(self) -> Engine:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _launch(self) -> None:
+        """Start the server on the current weights; run the start-up canary to record its baseline."""
+        if self._proc is not None:
+            process.kill(self._proc)
+        self._proc, self.log_path = process.launch(self.settings, self._weights.full, self.model_path)
+        process.wait_healthy(self._proc, self.base_url, self.settings.engine.startup_timeout_s, self.log_path)
+        self._loaded_full = self._weights.full
+        if self._weights.lora is not None:
+            self._load_adapter(self._weights.adapter_name, self._weights.lora)
+        self._canary_prompt = None
+        # weights loaded from disk at start are what the file says: their output becomes the baseline
+        # that later wakes are checked against
+        self._canary_expected = self._canary()
+
+    def _supervise(self) -> None:
+        """Restart a server that died or stopped answering; record why."""
+        failures = 0
+        while not self._stopping.wait(2.0):
+            if not self._op.acquire(blocking=False):
+                continue  # a sync or restart is running and watches the process itself
+            try:
+                if self._stopping.is_set() or self._proc is None:
+                    continue
+                dead = self._proc.poll() is not None
+                if not dead and self._state == EngineState.SERVING:
+                    try:
+                        ok = self._http.get("/health", timeout=5).status_code == 200
+                    except httpx.HTTPError:
+                        ok = False
+                    failures = 0 if ok else failures + 1
+                    dead = failures >= 3
+                if dead or self._state == EngineState.FAILED:
+                    failures = 0
+                    self._restart("the engine process died" if dead else "the engine failed")
+            finally:
+                self._op.release()
+
+    def _restart(self, why: str) -> None:
+        code = self._proc.poll() if self._proc else None
+        message = f"{why} (exit code {code}); restarting it" if code is not None else f"{why}; restarting it"
+        self.store.add_event(Event("error", message, data={"component": "engine", "log": str(self.log_path)}))
+        if self._state != EngineState.FAILED:
+            self._set(EngineState.FAILED, error=message)
+        self._set(EngineState.STARTING)
+        try:
+            self._launch()
+        except ApplianceError as e:
+            self._set(EngineState.FAILED, error=e.message)
+            return
+        self._set(EngineState.SERVING, policy_version=self.policy_version, weights=self._weights.to_json())
+
+    # --- time-slicing with training ---------------------------------------------------------------
+    def pause_for_training(self) -> None:
+        """SERVING -> DRAINING -> SLEEPING: wait for in-flight calls, then free the accelerator."""
+        with self._op:
+            self._require(EngineState.SERVING, "pause_for_training")
+            self._set(EngineState.DRAINING)
+            deadline = time.monotonic() + self.settings.engine.drain_timeout_s
+            with self._cond:
+                while self._inflight > 0:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(timeout=left)
+                stuck = self._inflight
+            if stuck:
+                # calls that outlive the drain timeout are cut off by sleep; the proxy records them as errors
+                self.store.add_event(Event("error", f"{stuck} model calls still in flight after "
+                                           f"{self.settings.engine.drain_timeout_s:.0f} s of draining"))
+            if self._sleep_mode:
+                self._post("/sleep", params={"level": self.settings.engine.sleep_level})
+            self._set(EngineState.SLEEPING)
+
+    def resume(self) -> None:
+        """SLEEPING -> WAKING -> CANARY -> SERVING with unchanged weights."""
+        with self._op:
+            self._require(EngineState.SLEEPING, "resume")
+            self._set(EngineState.WAKING)
+            if self._sleep_mode:
+                self._post("/wake_up")
+            self._set(EngineState.CANARY)
+            got = self._canary()
+            if got != self._canary_expected:
+                message = f"canary after wake-up gave {got}, expected {self._canary_expected}"
+                self._set(EngineState.FAILED, error=message)  # the supervisor restarts from disk
+                raise EngineError(message, "the engine restarts itself; read the engine log if this repeats")
+            self._set(EngineState.SERVING)
+
+    def load_weights(self, path: Path | str, kind: WeightsKind, *, expected_ids: list[int] | None = None) -> int:
+        """SLEEPING -> SYNCING -> WAKING -> CANARY -> SERVING on new weights; returns the new policy version.
+
+        `expected_ids` is the trainer's own greedy canary output when it has it; else it is computed
+        from the checkpoint on disk. On any failure the previous weights serve again and `EngineError`
+        is raised.
+        """
+        path = Path(path)
+        if kind not in ("lora", "full"):
+            raise EngineError(f"unknown weights kind {kind!r}", "use 'lora' for an adapter folder, 'full' for a model folder")
+        with self._op:
+            self._require(EngineState.SLEEPING, "load_weights")
+            previous, previous_expected = self._weights, self._canary_expected
+            version = self.policy_version + 1
+            if kind == "lora":
+                new = Weights(previous.full, path, f"{self.settings.engine.served_model_name}-v{version}")
+            else:
+                new = Weights(path)
+            self._set(EngineState.SYNCING)
+            try:
+                if self._sleep_mode:
+                    self._post("/wake_up", params={"tags": "weights"})
+                if expected_ids is None:
+                    # before the engine touches the files: an unreadable checkpoint must not reach it
+                    expected_ids = self.reference_ids(new)
+                self._apply(new, previous)
+                self._set(EngineState.WAKING)
+                if self._sleep_mode:
+                    self._post("/wake_up", params={"tags": "kv_cache"})
+                self._set(EngineState.CANARY)
+                got = self._canary()
+                if got != expected_ids:
+                    raise EngineError(
+                        f"canary mismatch after syncing {path}: the engine generated {got}, the trainer's"
+                        f" weights give {expected_ids}",
+                        "the engine is not serving the weights that were trained; the previous weights serve on",
+                    )
+            except ApplianceError as e:
+                self._roll_back(previous, previous_expected, e)
+                raise EngineError(f"weight sync of {path} failed: {e.message}", e.hint) from e
+            except (httpx.HTTPError, OSError, ValueError) as e:
+                self._roll_back(previous, previous_expected, e)
+                raise EngineError(f"weight sync of {path} failed: {e}",
+                                  f"the previous weights serve on; read {self.log_path}") from e
+            if previous.adapter_name and previous.adapter_name != new.adapter_name:
+                self._unload_adapter(previous.adapter_name)
+            self._canary_expected = expected_ids
+            self.policy_version = version
+            self._set(EngineState.SERVING, policy_version=version, weights=new.to_json())
+            return version
+
+    def _apply(self, new: Weights, previous: Weights) -> None:
+        self._weights = new
+        if new.lora is not None:
+            if new.full != previous.full:
+                self._reload_full(new.full)
+            self._load_adapter(new.adapter_name, new.lora)
+        elif _ties_embeddings(new.full) or self._proc is None or self._proc.poll() is not None:
+            self._launch()
+        else:
+            self._reload_full(new.full)
+
+    def _roll_back(self, previous: Weights, previous_expected: list[int] | None, error: object) -> None:
+        message = str(getattr(error, "message", error))
+        self.store.add_event(Event("error", f"weight sync failed, restoring the previous weights: {message}",
+                                   data={"component": "engine"}))
+        failed_adapter = self._weights.adapter_name if self._weights.adapter_name != previous.adapter_name else None
+        self._weights = previous
+        if self._state == EngineState.CANARY:
+            self._set(EngineState.SYNCING)
+        try:
+            alive = self._proc is not None and self._proc.poll() is None
+            if not alive or (self._weights_differ_on_engine(previous) and _ties_embeddings(previous.full)):
+                self._launch()
+            elif self._weights_differ_on_engine(previous):
+                self._reload_full(previous.full)
+            if failed_adapter and alive:
+                self._unload_adapter(failed_adapter)
+            if self._state == EngineState.SYNCING:
+                self._set(EngineState.WAKING)
+            if self._sleep_mode:
+                self._post("/wake_up")
+            self._set(EngineState.CANARY)
+            got = self._canary()
+            if previous_expected is not None and got != previous_expected:
+                raise EngineError(f"the restored weights give canary {got}, expected {previous_expected}")
+            self._canary_expected = got if previous_expected is None else previous_expected
+        except (ApplianceError, httpx.HTTPError, OSError) as e:
+            self._set(EngineState.FAILED, error=f"{message}; restoring the previous weights failed too: {e}")
+            return
+        self._set(EngineState.SERVING, error=message)
+
+    def _weights_differ_on_engine(self, previous: Weights) -> bool:
+        return self._loaded_full != previous.full
+
+    # --- engine HTTP calls --------------------------------------------------------------------------
+    @property
+    def _sleep_mode(self) -> bool:
+        return self.settings.profile == "gpu" and self.settings.engine.enable_sleep_mode
+
+    def _post(self, path: str, *, json_body: dict | None = None, params: dict | None = None) -> httpx.Response:
+        r = self._http.post(path, json=json_body, params=params)
+        if r.status_code >= 400:
+            raise EngineError(f"engine {path} answered {r.status_code}: {r.text[:500]}",
+                              f"read {self.log_path}")
+        return r
+
+    def _reload_full(self, folder: Path) -> None:
+        self._post("/collective_rpc", json_body={"method": "reload_weights", "kwargs": {"weights_path": str(folder)}})
+        self._post("/reset_prefix_cache")
+        self._loaded_full = folder
+
+    def _load_adapter(self, name: str | None, folder: Path) -> None:
+        self._post("/v1/load_lora_adapter", json_body={"lora_name": name, "lora_path": str(folder)})
+
+    def _unload_adapter(self, name: str) -> None:
+        try:
+            self._post("/v1/unload_lora_adapter", json_body={"lora_name": name})
+        except (ApplianceError, httpx.HTTPError):
+            pass  # an adapter left loaded only costs memory; it is never selected again
+
+    def canary_prompt(self) -> list[int]:
+        if self._canary_prompt is None:
+            r = self._post("/tokenize", json_body={"model": self.settings.engine.served_model_name,
+                                                   "prompt": CANARY_TEXT})
+            self._canary_prompt = r.json()["tokens"]
+        return self._canary_prompt
+
+    def _canary(self) -> list[int]:
+        r = self._post("/v1/completions", json_body={
+            "model": self.model_name(), "prompt": self.canary_prompt(),
+            "max_tokens": self.settings.engine.canary_tokens, "temperature": 0.0, "seed": 0,
+            "ignore_eos": True, "return_token_ids": True,
+        })
+        return r.json()["choices"][0]["token_ids"]
+
+    def reference_ids(self, weights: Weights) -> list[int]:
+        """The trainer's greedy canary output for `weights`, computed by transformers in a subprocess."""
+        cmd = [sys.executable, "-m", "appliance.training.reference", str(weights.full),
+               "--prompt-ids", ",".join(map(str, self.canary_prompt())), "--n", str(self.settings.engine.canary_tokens)]
+        if weights.lora is not None:
+            cmd += ["--adapter", str(weights.lora)]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                              env={**process.environment(self.settings), "LD_PRELOAD": ""})
+        if done.returncode != 0:
+            tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
+            raise EngineError(f"cannot compute the canary reference for {weights.lora or weights.full}: {tail[0]}",
+                              "the checkpoint is unreadable or incomplete; save it again")
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    # --- state ----------------------------------------------------------------------------------
+    def _set(self, state: EngineState, *, force: bool = False, error: str | None = None,
+             policy_version: int | None = None, weights: str | None = None) -> None:
+        self.store.set_engine_state(state, policy_version=policy_version, weights=weights, error=error, force=force)
+        with self._cond:
+            self._state = state
+            self._cond.notify_all()
+
+    def _require(self, state: EngineState, what: str) -> None:
+        if self._state != state:
+            raise EngineError(f"{what} needs the engine {state.value}, it is {self._state.value}",
+                              "pause_for_training() first, then load_weights() or resume()"
+                              if state == EngineState.SLEEPING else "wait until the engine serves")
+
+    def wait_serving(self, timeout_s: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self._state == EngineState.SERVING, timeout=timeout_s)
+
+
+
+def _ties_embeddings(folder: Path) -> bool:
+    try:
+        return bool(json.loads((folder / "config.json").read_text()).get("tie_word_embeddings", False))
+    except (OSError, ValueError):
+        return False

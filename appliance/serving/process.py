@@ -1,0 +1,128 @@
+"""Launching and killing the vLLM OpenAI server process (no state machine here; see engine.py).
+
+The server runs in its own process group, so stopping it also stops the EngineCore and worker processes
+that vLLM spawns; its output goes to a log file under `$APPLIANCE_HOME/logs`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from appliance.config import Settings
+from appliance.errors import EngineError
+
+TCMALLOC = Path("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4")
+
+
+def command(settings: Settings, weights: Path, tokenizer: Path) -> list[str]:
+    e = settings.engine
+    cmd = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(weights), "--tokenizer", str(tokenizer),
+        "--served-model-name", e.served_model_name,
+        "--host", e.host, "--port", str(e.port),
+        "--dtype", e.dtype, "--max-model-len", str(e.max_model_len),
+        "--enable-lora", "--max-lora-rank", str(e.max_lora_rank), "--max-loras", "2",
+        # our chat template writes calls as <tool_call>[{...}]</tool_call>, which the xlam parser reads
+        "--enable-auto-tool-choice", "--tool-call-parser", "xlam",
+        # sampling defaults come from the request, never from a generation_config.json in the folder
+        "--generation-config", "vllm",
+        "--seed", "0",
+    ]
+    if e.enforce_eager:
+        cmd.append("--enforce-eager")
+    if settings.profile == "gpu":
+        cmd += ["--gpu-memory-utilization", str(e.gpu_memory_utilization),
+                "--tensor-parallel-size", str(e.tensor_parallel_size)]
+        if e.enable_sleep_mode:
+            cmd.append("--enable-sleep-mode")
+    return cmd
+
+
+def environment(settings: Settings) -> dict[str, str]:
+    env = dict(os.environ)
+    cpus = sorted(os.sched_getaffinity(0))
+    env.update({
+        "VLLM_SERVER_DEV_MODE": "1",  # /collective_rpc, /sleep, /wake_up, /reset_prefix_cache
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    })
+    if settings.profile == "cpu":
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(settings.engine.cpu_kvcache_gib)
+        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"{cpus[0]}-{cpus[-1]}")
+        preload = [str(p) for p in (TCMALLOC, Path(sys.prefix) / "lib" / "libiomp5.so") if p.exists()]
+        if preload:
+            env["LD_PRELOAD"] = ":".join(filter(None, [*preload, env.get("LD_PRELOAD", "")]))
+    return env
+
+
+def launch(settings: Settings, weights: Path, tokenizer: Path) -> tuple[subprocess.Popen, Path]:
+    logs = settings.home / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / "engine.log"
+    with open(log_path, "ab") as log:
+        log.write(f"\n--- start {time.strftime('%Y-%m-%d %H:%M:%S')}: {weights}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(command(settings, weights, tokenizer), env=environment(settings),
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    return proc, log_path
+
+
+def wait_healthy(proc: subprocess.Popen, base_url: str, timeout_s: float, log_path: Path) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise EngineError(
+                f"the engine exited with code {proc.returncode} while starting",
+                f"read the end of {log_path}; a wrong model folder or a port in use are the usual causes",
+            )
+        try:
+            if httpx.get(f"{base_url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    kill(proc)
+    raise EngineError(
+        f"the engine did not become healthy within {timeout_s:.0f} s",
+        f"read {log_path}; raise engine.startup_timeout_s if the machine is just slow",
+    )
+
+
+def kill(proc: subprocess.Popen, grace_s: float = 15.0) -> None:
+    """SIGTERM the whole process group, SIGKILL what is left after `grace_s`."""
+    if proc.poll() is not None and not _group_alive(proc.pid):
+        return
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+        deadline = time.monotonic() + wait
+        while _group_alive(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not _group_alive(proc.pid):
+            break
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
