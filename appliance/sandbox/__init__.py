@@ -1,7 +1,8 @@
 """Podman sandboxes: where every rollout, task validation and verifier run executes.
 
 Modules: `podman` (the appliance's own Podman config, CLI runner, label sweep), `image` (the offline
-image build), `sandbox` (one sandbox: start, exec, persistent shell, put/get, stop), `door` (the only
+image build), `sandbox` (one sandbox: start, exec, put/get, stop), `shell` (exec results, bounded output,
+the persistent shell), `door` (the only
 way out: a unix socket to the model proxy), `pool` (the concurrency cap), `check` (the doctor's test).
 
 Threat model. The agent inside is untrusted code that may be buggy or adversarial. Protected:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import signal
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -155,13 +154,6 @@ def _sweep_dirs(settings: Settings, keep: set[str]) -> None:
             for d in parent.iterdir():
                 if d.name not in keep:
                     shutil.rmtree(d, ignore_errors=True)
-
-
-def kill_quietly(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def remove_storage_root(settings: Settings) -> None:
