@@ -1,9 +1,9 @@
 """Podman sandboxes: where every rollout, task validation and verifier run executes.
 
 Modules: `podman` (the appliance's own Podman config, CLI runner, label sweep), `image` (the offline
-image build), `sandbox` (one sandbox: start, exec, put/get, stop), `shell` (exec results, bounded output,
-the persistent shell), `door` (the only
-way out: a unix socket to the model proxy), `pool` (the concurrency cap), `check` (the doctor's test).
+image build), `sandbox` (one sandbox: start, exec, put/get, stop), `shell` (exec results, bounded
+output, the persistent shell), `door` (the only way out: a unix socket to the model proxy), `pool` (the
+concurrency cap), `check` (the doctor's end-to-end test).
 
 Threat model. The agent inside is untrusted code that may be buggy or adversarial. Protected:
 - network egress: `--network=none`; connect() fails with "Network is unreachable". The only way out is
