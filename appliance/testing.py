@@ -371,7 +371,7 @@ class ControlConsumer:
             elif cmd == ControlCommand.RESUME and status == RunStatus.PAUSED:
                 self.store.set_run_status(self.run_id, RunStatus.RUNNING)
                 result = "running"
-            elif cmd == ControlCommand.STEP and status == RunStatus.PAUSED:
+            elif cmd == ControlCommand.STEP and status == RunStatus.PAUSED and self.store.iterations(self.run_id):
                 its = self.store.iterations(self.run_id)
                 phases = list(Phase)
                 nxt = phases[min(phases.index(its[-1].phase) + 1, len(phases) - 1)]

@@ -30,6 +30,7 @@ StoreFactory = Callable[[], Store]
 class ApplianceApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "appliance"
+    ENABLE_COMMAND_PALETTE = False  # its footer entry would crowd out bindings at 80 columns
     MODES = {
         "overview": OverviewScreen,
         "tasks": TasksScreen,

@@ -49,7 +49,7 @@ def call_views(calls: list[ModelCall]) -> list[CallView]:
         parent, shared, parent_len = None, 0, 0
         for seq, tokens in seqs:
             n = common_prefix(call.prompt_ids, tokens)
-            if n > shared:
+            if n and n >= shared:  # ties go to the latest call: the history a rewrite replaced
                 parent, shared, parent_len = seq, n, len(tokens)
         views.append(CallView(call.seq, parent, shared, parent is not None and shared < parent_len,
                               tuple(call.prompt_ids[shared:]), tuple(call.completion_ids), tuple(call.logprobs),

@@ -1,0 +1,83 @@
+"""The control channel: requests, the loop's answers, and the errors a person sees."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from appliance import control
+from appliance.cli import main
+from appliance.control import ControlError
+from appliance.schemas import ControlCommand, ControlStatus, RunStatus
+from appliance.store import Store
+from appliance.testing import ControlConsumer
+
+
+def test_no_run_is_a_clear_error(store: Store) -> None:
+    with pytest.raises(ControlError, match="no run to control") as e:
+        control.request(store, "pause")
+    assert "appliance run" in e.value.hint
+
+
+def test_unknown_command_lists_the_choices(store: Store) -> None:
+    store.create_run("r", {})
+    with pytest.raises(ControlError, match="unknown control command") as e:
+        control.request(store, "explode")
+    assert "stop_after_iteration" in e.value.hint
+
+
+def test_command_not_allowed_in_this_state(store: Store) -> None:
+    store.create_run("r", {})
+    with pytest.raises(ControlError, match="cannot resume run 'r': it is running"):
+        control.request(store, ControlCommand.RESUME)
+    assert store.pending_controls("r") == []
+
+
+def test_pause_is_answered_by_the_loop(store: Store) -> None:
+    store.create_run("r", {})
+    store.start_iteration("r", 0, policy_version=0)
+    consumer = ControlConsumer(store, "r")
+    # the consumer answers between the request and the first poll, as a loop in another process would
+    answered = control.request(store, "pause", sleep=lambda _: consumer.poll_once())
+    assert answered.status == ControlStatus.DONE and answered.result == "paused"
+    assert store.get_run("r").status == RunStatus.PAUSED
+    stepped = control.request(store, "step", sleep=lambda _: consumer.poll_once())
+    assert stepped.result.startswith("stepped to validate")
+    assert store.get_run("r").status == RunStatus.PAUSED
+
+
+def test_no_answer_expires_the_request(store: Store) -> None:
+    store.create_run("r", {})
+    with pytest.raises(ControlError, match="no loop answered") as e:
+        control.request(store, "pause", timeout_s=0.05, poll_s=0.01)
+    assert "appliance run" in e.value.hint
+    (expired,) = store.controls("r")
+    assert expired.status == ControlStatus.EXPIRED
+    assert store.pending_controls("r") == []
+    # a loop that wakes up later cannot act on the withdrawn request
+    assert store.ack_control(expired.id, "paused") is False
+
+
+def test_refusal_is_reported(store: Store) -> None:
+    store.create_run("r", {})
+
+    def refuse(_: float) -> None:
+        for c in store.pending_controls("r"):
+            store.ack_control(c.id, "the engine is syncing weights", status=ControlStatus.REFUSED)
+
+    with pytest.raises(ControlError, match="refused pause: the engine is syncing weights"):
+        control.request(store, "pause", sleep=refuse)
+
+
+def test_cli_pause_without_a_run(settings, store: Store) -> None:
+    result = CliRunner().invoke(main, ["pause"], env={"APPLIANCE_HOME": str(settings.home)})
+    assert result.exit_code == 1
+    assert "no run to control" in result.output and "hint" in result.output
+
+
+def test_cli_stop_no_wait_queues_the_request(settings, store: Store) -> None:
+    store.create_run("r", {})
+    result = CliRunner().invoke(main, ["stop", "--no-wait", "--json"], env={"APPLIANCE_HOME": str(settings.home)})
+    assert result.exit_code == 0, result.output
+    assert '"command": "stop_after_iteration"' in result.output
+    assert [c.command for c in store.pending_controls("r")] == [ControlCommand.STOP_AFTER_ITERATION]

@@ -1,0 +1,41 @@
+"""The pure parts of the screens: trajectory placement, sparklines, GPU lines, phase timeline."""
+
+from __future__ import annotations
+
+from appliance.schemas import Event, Iteration, IterationStatus, ModelCall, Phase
+from appliance.tui.overview import phase_timeline, sparkline
+from appliance.tui.system import parse_nvidia_smi
+from appliance.tui.trajectory import call_views, render
+
+
+def call(seq: int, prompt: list[int], completion: list[int]) -> ModelCall:
+    return ModelCall(None, "r", seq, "ok", {}, None, prompt, completion, [-0.5] * len(completion), 0, 0.1)
+
+
+def test_calls_that_extend_each_other_share_history_and_a_rewrite_branches() -> None:
+    views = call_views([call(0, [1, 2, 3], [4, 5]), call(1, [1, 2, 3, 4, 5, 6, 7], [8]),
+                        call(2, [1, 2, 9], [10])])
+    assert [(v.parent, v.shared, v.branch) for v in views] == [(None, 0, False), (0, 5, False), (1, 2, True)]
+    assert views[1].new_prompt == (6, 7) and views[1].sampled == (8,)
+    text = render(views, lambda ids: [f"<{i}>" for i in ids])
+    assert "⑂ branch: leaves call 1's sequence after 2 tokens" in text
+    assert "<6><7>" in text and "<9>" in text
+
+
+def test_sparkline_spans_the_range() -> None:
+    assert sparkline([0.0, 0.5, 1.0]) == "▁▅█"
+    assert sparkline([2.0, 2.0]) == "▅▅"
+
+
+def test_nvidia_smi_lines_and_unreadable_boards() -> None:
+    out = "0, 87, 71680, 143771\n1, [N/A], [N/A], 143771\n"
+    assert parse_nvidia_smi(out) == ["GPU0 87% 70/140 GiB"]
+
+
+def test_phase_timeline_durations_current_and_future() -> None:
+    it = Iteration(1, "r", 0, Phase.PRACTISE, IterationStatus.RUNNING, 0, 100.0)
+    events = [Event("phase", "synthesize", "r", {"iteration": 0}, created_at=100.0),
+              Event("phase", "validate", "r", {"iteration": 0}, created_at=140.0),
+              Event("phase", "practise", "r", {"iteration": 0}, created_at=205.0)]
+    line = phase_timeline(it, events, now=215.0)
+    assert line.startswith("synthesize 40s › validate 1m05s › [reverse] practise 10s [/] › [dim]train[/]")
