@@ -12,6 +12,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -129,31 +130,36 @@ def sweep(settings: Settings, *, orphans_only: bool = False) -> int:
     if shutil.which("podman") is None:
         return 0
     out = podman(settings, "ps", "-a", "--filter", f"label={LABEL}", "--format",
-                 f'{{{{.ID}}}} {{{{index .Labels "{OWNER_LABEL}"}}}}', timeout=60).stdout.decode()
-    ids = []
+                 f'{{{{.ID}}}} {{{{.Names}}}} {{{{index .Labels "{OWNER_LABEL}"}}}}', timeout=60).stdout.decode()
+    removed: dict[str, str] = {}
+    kept: set[str] = set()
     for line in out.splitlines():
-        cid, _, owner = line.partition(" ")
-        if orphans_only and owner.strip().isdigit() and _pid_alive(int(owner)):
-            continue
-        ids.append(cid)
-    if ids:
-        podman(settings, "rm", "-f", "-t", "0", "--ignore", *ids, timeout=120)
-    _sweep_dirs(settings, keep=set() if not orphans_only else _live_names(settings))
-    return len(ids)
+        cid, name, owner = (line.split() + ["", ""])[:3]
+        if orphans_only and owner.isdigit() and _pid_alive(int(owner)):
+            kept.add(name)
+        else:
+            removed[cid] = name
+    if removed:
+        podman(settings, "rm", "-f", "-t", "0", "--ignore", *removed, timeout=120)
+    _sweep_dirs(settings, set(removed.values()), kept, everything=not orphans_only)
+    return len(removed)
 
 
-def _live_names(settings: Settings) -> set[str]:
-    out = podman(settings, "ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}", timeout=60)
-    return set(out.stdout.decode().split())
+def _sweep_dirs(settings: Settings, removed: set[str], kept: set[str], everything: bool) -> None:
+    """Socket dirs and auto-created workspaces are named after their container; drop the dead ones.
 
-
-def _sweep_dirs(settings: Settings, keep: set[str]) -> None:
-    """Socket dirs and auto-created workspaces are named after their container; drop the dead ones."""
+    A dir without a container may belong to a sandbox another process is starting right now, so when
+    other owners may be alive only the dirs of removed containers and stale ones (an hour old) go.
+    """
+    stale_before = time.time() - 3600
     for parent in (settings.sockets_dir, settings.home / "sandboxes"):
-        if parent.is_dir():
-            for d in parent.iterdir():
-                if d.name not in keep:
-                    shutil.rmtree(d, ignore_errors=True)
+        if not parent.is_dir():
+            continue
+        for d in parent.iterdir():
+            if d.name in kept:
+                continue
+            if everything or d.name in removed or d.stat().st_mtime < stale_before:
+                shutil.rmtree(d, ignore_errors=True)
 
 
 def remove_storage_root(settings: Settings) -> None:

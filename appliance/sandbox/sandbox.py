@@ -68,7 +68,7 @@ def _chown_tree(path: Path, uid: int) -> None:
 
 
 _live: dict[str, Sandbox] = {}
-_live_lock = threading.Lock()
+_live_lock = threading.RLock()  # re-entered when SIGTERM arrives while the main thread holds it
 _cleanup_installed = False
 
 
