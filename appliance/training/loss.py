@@ -21,10 +21,12 @@ Two different ratios appear, as in TRL:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
-from appliance.config import TrainingSettings
+if TYPE_CHECKING:  # only the field names are used: scripts/device_train_check.py passes a plain namespace
+    from appliance.config import TrainingSettings
 
 
 @dataclass
