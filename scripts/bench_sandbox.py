@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from appliance.config import load_settings
+from appliance.config import Settings, load_settings
 from appliance.sandbox import Sandbox, build_image, podman_env, sweep
 from appliance.sandbox.podman import podman_bin
 
@@ -34,6 +34,27 @@ def median_s(fn: Callable[[], object], n: int) -> float:
 def row(name: str, value: float, baseline: float | None = None, base_name: str = "") -> None:
     ratio = f"   {value / baseline:5.2f}x {base_name} ({baseline * 1000:.1f} ms)" if baseline else ""
     print(f"{name:<38} {value * 1000:9.1f} ms{ratio}")
+
+
+def api_exec_median(settings: Settings, name: str, n: int) -> float | None:
+    """The alternative to the CLI: podman-py against `podman system service` (a process to babysit)."""
+    try:
+        import podman as podman_py
+    except ImportError:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        sock = Path(tmp) / "api.sock"
+        svc = subprocess.Popen([podman_bin(), "system", "service", "--time=0", f"unix://{sock}"],
+                               env=podman_env(settings))
+        try:
+            deadline = time.monotonic() + 20
+            while not sock.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            container = podman_py.PodmanClient(base_url=f"unix://{sock}").containers.get(name)
+            return median_s(lambda: container.exec_run(["true"], demux=True), n)
+        finally:
+            svc.terminate()
+            svc.wait()
 
 
 def main() -> None:
@@ -65,6 +86,9 @@ def main() -> None:
         row("exec via CLI (sb.exec)", median_s(lambda: sb.exec("true"), n * 2), raw_exec, "raw `podman exec true`")
         sh = sb.shell()
         sh.run("true")
+        api = api_exec_median(settings, sb.name, n * 2)
+        if api is not None:
+            row("  (podman-py exec over the API socket)", api, raw_exec, "raw `podman exec true`")
         row("exec via persistent shell (sh.run)", median_s(lambda: sh.run("true"), n * 20), raw_exec,
             "raw `podman exec true`")
         payload = bytes(range(256)) * (5 * 1024 * 1024 // 256)
