@@ -1,0 +1,165 @@
+"""One GRPO step on a GPU: tokens/s and model FLOP utilisation of the trainer, for a ~0.5B random llama.
+
+    python scripts/device_train_check.py [--mode full|lora|both] [--seqs 32] [--seq-len 1024] [--micro 8]
+
+Standalone: needs torch, transformers, peft and TRL only (no vLLM, no store, no model download; the model
+is random-initialised from a config, the tokens are random). It runs the appliance's own loss code
+(appliance/training/loss.py, imported from this checkout) in the same step shape as
+`PolicyTrainer.grpo_step`: micro-batched forward with grad, detached old logprobs, the engine importance
+ratio against recorded logprobs (token_truncate), the DAPO loss, backward, clip, AdamW. One warm-up step,
+then `--steps` timed steps. Prints one JSON object. Budget: well under 5 minutes on one H200.
+
+MFU = achieved model FLOP/s / peak bf16 dense FLOP/s (`--peak-tflops`, default 989 for H100/H200 SXM).
+Model FLOPs per token (PaLM appendix B, causal attention counted in full): forward 2N + 2*n_layer*s*d_attn;
+backward twice the forward for a full fine-tune; for LoRA the frozen weights need no weight gradient, so
+backward is ~1x the forward matmuls (activation gradients) plus the tiny adapter terms. N excludes the
+input embedding (a lookup, no FLOPs) but includes the (tied) output projection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def build_model(mode: str, args: argparse.Namespace):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=49152, hidden_size=args.hidden, intermediate_size=args.intermediate, num_hidden_layers=args.layers,
+        num_attention_heads=args.hidden // 64, num_key_value_heads=args.kv_heads, head_dim=64,
+        max_position_embeddings=max(4096, args.seq_len), tie_word_embeddings=True,
+    )
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    with torch.device(args.device):
+        model = LlamaForCausalLM(config).to(torch.bfloat16)
+    if mode == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(
+            r=16, lora_alpha=32, task_type="CAUSAL_LM",
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
+    return model, config
+
+
+def flops_per_token(config, n_matmul: int, seq_len: int, mode: str) -> float:
+    attn = 2 * config.num_hidden_layers * seq_len * config.hidden_size  # QK^T and AV, forward, per token
+    forward = 2 * n_matmul + attn
+    return forward * (3 if mode == "full" else 2)
+
+
+def run(mode: str, args: argparse.Namespace) -> dict:
+    import torch
+
+    from appliance.training.loss import Normaliser, engine_is_ratio, pack, policy_loss, token_logps
+
+    cuda = args.device == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    model, config = build_model(mode, args)
+    base = model.get_base_model() if mode == "lora" else model
+    n_total = sum(p.numel() for p in base.parameters())
+    # tied embeddings: the one matrix costs FLOPs once, as the output projection; norms cost none
+    n_matmul = n_total - sum(p.numel() for n, p in base.named_parameters() if "norm" in n)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-5)
+    cfg = SimpleNamespace(loss_type="dapo", epsilon=0.2, epsilon_high=0.28, beta=0.0, is_mode="token_truncate",
+                          is_cap=3.0, is_min=None)
+
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(100, 49000, (args.seqs, args.seq_len), generator=g).tolist()
+    prompt = args.seq_len // 4
+    # a multi-turn mask: prompt, then alternating sampled / tool spans
+    span = max(1, (args.seq_len - prompt) // 6)
+    mask_row = [0] * prompt + ([1] * span + [0] * span) * 3
+    mask_row = (mask_row + [1] * args.seq_len)[: args.seq_len]
+    masks = [mask_row] * args.seqs
+    logprobs = [[-2.0 * m for m in mask_row]] * args.seqs
+    adv = torch.randn(args.seqs, generator=g).tolist()
+    micro = [pack(ids[i: i + args.micro], masks[i: i + args.micro], logprobs[i: i + args.micro],
+                  adv[i: i + args.micro], pad_id=0, max_len=args.seq_len) for i in range(0, args.seqs, args.micro)]
+    norm = Normaliser(args.seqs, sum(b.trained_tokens for b in micro), args.seq_len)
+
+    def step() -> float:
+        opt.zero_grad(set_to_none=True)
+        for b in micro:
+            input_ids, attn = b.input_ids.to(args.device), b.attention_mask.to(args.device)
+            mask, eng, a = b.mask.to(args.device), b.engine_logps.to(args.device), b.advantages.to(args.device)
+            logps = token_logps(model, input_ids, attn)
+            old = logps.detach()
+            ratio, _ = engine_is_ratio(old, eng, mask, cfg)
+            loss, _ = policy_loss(logps, old, None, ratio, mask, a, cfg, norm)
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        return float(loss.detach())
+
+    t0 = time.perf_counter()
+    step()
+    sync()
+    warmup_s = time.perf_counter() - t0
+    times = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        step()
+        sync()
+        times.append(time.perf_counter() - t0)
+    step_s = sorted(times)[len(times) // 2]
+    tokens = args.seqs * args.seq_len
+    fpt = flops_per_token(config, n_matmul, args.seq_len, mode)
+    achieved = tokens * fpt / step_s
+    out = {
+        "mode": mode, "params": n_total, "trainable_params": sum(p.numel() for p in params),
+        "tokens_per_step": tokens, "trained_tokens_per_step": norm.tokens, "micro_batch": args.micro,
+        "seq_len": args.seq_len, "warmup_s": round(warmup_s, 3), "step_s_median": round(step_s, 4),
+        "step_s_all": [round(t, 4) for t in times], "tokens_per_s": round(tokens / step_s, 1),
+        "model_tflops_per_s": round(achieved / 1e12, 2), "mfu": round(achieved / (args.peak_tflops * 1e12), 4),
+        "flops_per_token": fpt, "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
+    }
+    del model, opt, micro
+    if cuda:
+        torch.cuda.empty_cache()
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mode", choices=["full", "lora", "both"], default="both")
+    p.add_argument("--seqs", type=int, default=32, help="sequences per optimizer step")
+    p.add_argument("--seq-len", type=int, default=1024)
+    p.add_argument("--micro", type=int, default=8, help="sequences per forward pass")
+    p.add_argument("--steps", type=int, default=3, help="timed steps after one warm-up")
+    p.add_argument("--hidden", type=int, default=1280)
+    p.add_argument("--intermediate", type=int, default=3456)
+    p.add_argument("--layers", type=int, default=24)
+    p.add_argument("--kv-heads", type=int, default=4)
+    p.add_argument("--device", default="cuda", help="cpu only for a smoke test of this script with tiny sizes")
+    p.add_argument("--peak-tflops", type=float, default=989.0, help="bf16 dense peak of the GPU")
+    args = p.parse_args()
+
+    import torch
+    import transformers
+    import trl
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("no CUDA device: this check is for a GPU machine")
+    torch.backends.cuda.matmul.allow_tf32 = True
+    report = {
+        "device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu", "torch": torch.__version__,
+        "transformers": transformers.__version__, "trl": trl.__version__, "peak_tflops": args.peak_tflops,
+        "results": [run(m, args) for m in (["full", "lora"] if args.mode == "both" else [args.mode])],
+    }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
