@@ -35,7 +35,7 @@ AGENT_UID = 1000
 # timeout(1) puts itself and the command in a new process group; when it returns, whatever the command
 # left running in that group (a backgrounded fork bomb, a server holding stdout open) is killed too.
 # Only `kill` (a builtin) runs after the command, so this works even when the pids limit is exhausted.
-_EXEC_WRAPPER = 'timeout -s KILL "$0" "$@" & p=$!; wait $p; rc=$?; kill -KILL -- -$p 2>/dev/null; exit $rc'
+_EXEC_WRAPPER = 'timeout -s KILL "$0" "$@" & p=$!; { wait $p; } 2>/dev/null; rc=$?; kill -KILL -- -$p 2>/dev/null; exit $rc'
 DOOR_MOUNT = "/door"
 # A podman exec client that outlives the in-sandbox timeout by this much is stuck; kill it host-side.
 CLIENT_GRACE_S = 15.0
