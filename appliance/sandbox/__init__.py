@@ -35,12 +35,12 @@ Not protected:
 
 from appliance.sandbox.check import check_podman
 from appliance.sandbox.door import DOOR_PORT, ModelDoor
-from appliance.sandbox.image import build_derived_image, build_image, image_exists, image_ref
+from appliance.sandbox.image import build_image, image_exists, image_ref
 from appliance.sandbox.podman import LABEL, podman_env, sweep, write_podman_config
 from appliance.sandbox.pool import SandboxPool
 from appliance.sandbox.sandbox import ExecResult, Sandbox, Shell
 
 __all__ = [
-    "DOOR_PORT", "LABEL", "ExecResult", "ModelDoor", "Sandbox", "SandboxPool", "Shell", "build_derived_image", "build_image",
+    "DOOR_PORT", "LABEL", "ExecResult", "ModelDoor", "Sandbox", "SandboxPool", "Shell", "build_image",
     "check_podman", "image_exists", "image_ref", "podman_env", "sweep", "write_podman_config",
 ]

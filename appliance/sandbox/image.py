@@ -119,25 +119,3 @@ def build_image(settings: Settings, log: Callable[[str], None] = print) -> str:
         podman(settings, "rmi", "--ignore", *stale, check=False)
     return ref
 
-
-def build_derived_image(settings: Settings, name: str, instructions: str, log: Callable[[str], None] = print,
-                        network: bool = True) -> str:
-    """A layer on top of the sandbox image (e.g. a third-party harness from PyPI); returns its reference.
-
-    `instructions` are Containerfile lines after `FROM <sandbox image>`; RUN lines run as root unless they
-    say `USER`. Tagged by a hash of the base reference and the instructions, so it is built once.
-    `network=True` lets RUN reach the package registries (the sandboxes themselves never have network).
-    """
-    base = build_image(settings, log)
-    ref = f"{name}:{_digest(base.encode(), instructions.encode())}"
-    if image_exists(settings, ref):
-        return ref
-    log(f"building {ref} on {base}")
-    with tempfile.TemporaryDirectory(prefix="appliance-build-") as ctx:
-        (Path(ctx) / "Containerfile").write_text(f"FROM {base}\nUSER root\n{instructions}\nUSER agent\n")
-        proc = subprocess.run(["podman", "build", "--pull=never", f"--network={'host' if network else 'none'}",
-                               "-t", ref, ctx], env=podman_env(settings), capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SetupError(f"podman build of {ref} failed: {proc.stderr.strip()[-2000:]}",
-                         "check the instructions (they run as root on top of the sandbox image)")
-    return ref

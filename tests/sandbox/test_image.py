@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from appliance.config import Settings
-from appliance.sandbox import Sandbox, build_derived_image, build_image, image_exists, image_ref
+from appliance.sandbox import build_image, image_exists, image_ref
 from appliance.sandbox import image as image_mod
 
 
@@ -47,12 +47,3 @@ def test_build_is_a_no_op_when_the_image_exists(sandbox_settings: Settings) -> N
     assert build_image(sandbox_settings, log=logs.append) == image_ref(sandbox_settings)
     assert logs == []
 
-
-@pytest.mark.slow
-def test_a_derived_layer_builds_once_and_runs(sandbox_settings: Settings) -> None:
-    ref = build_derived_image(sandbox_settings, "appliance-test-layer", "RUN echo harness > /opt/harness", network=False)
-    logs: list[str] = []
-    assert build_derived_image(sandbox_settings, "appliance-test-layer", "RUN echo harness > /opt/harness",
-                               log=logs.append, network=False) == ref and logs == []
-    with Sandbox.start(sandbox_settings, image=ref) as sb:
-        assert sb.exec("cat /opt/harness; id -u").stdout == "harness\n1000\n"
