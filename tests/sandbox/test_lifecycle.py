@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from appliance.cli import main
 from appliance.config import Settings
+from appliance.errors import SandboxError
 from appliance.sandbox import LABEL, Sandbox, SandboxPool, check_podman, sweep
 from appliance.sandbox.podman import podman
 
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.slow
 OWNER = """
 import json, sys, time
 from appliance.config import Settings
+from appliance.errors import SandboxError
 from appliance.sandbox import Sandbox
 settings = Settings.model_validate_json(sys.argv[1])
 sb = Sandbox.start(settings)
@@ -133,3 +135,17 @@ def test_cli_sandbox_exec(sandbox_settings: Settings, tmp_path: Path) -> None:
     assert r.exit_code == 1 and "does not exist" in r.output and "Traceback" not in r.output
     assert labelled(s) == []
     assert os.stat(tmp_path / "ws" / "in.txt").st_uid == 1000
+
+
+def test_a_broken_runtime_is_retried_then_explained(sandbox_settings: Settings, tmp_path: Path) -> None:
+    broken = sandbox_settings.model_copy(deep=True)
+    broken.home = tmp_path / "home"  # its own podman config dir, same storage root
+    broken.podman.graphroot = sandbox_settings.podman_graphroot
+    broken.podman.runtime = "no-such-runtime"
+    with pytest.raises(SandboxError) as e:
+        Sandbox.start(broken)
+    assert e.value.message.count("no-such-runtime") == broken.sandbox.start_retries + 1  # every attempt recorded
+    assert "appliance doctor" in e.value.hint
+    ok, detail, hint = check_podman(broken)
+    assert not ok and "no-such-runtime" in detail and "podman.runtime" in hint
+    assert labelled(sandbox_settings) == []
