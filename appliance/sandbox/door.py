@@ -17,6 +17,9 @@ from pathlib import Path
 from appliance.errors import SandboxError
 
 DOOR_PORT = 4000  # inside every sandbox: http://127.0.0.1:4000 is the model proxy
+# Open connections per sandbox; past it new ones are closed at once, so a sandbox cannot exhaust the
+# appliance's file descriptors (the proxy itself caps calls in flight per rollout far lower).
+MAX_CONNECTIONS = 64
 
 _loop: asyncio.AbstractEventLoop | None = None
 _loop_lock = threading.Lock()
@@ -60,6 +63,9 @@ class DoorListener:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.ready.set()
+        if len(self._writers) >= 2 * MAX_CONNECTIONS:  # two writers per relayed connection
+            writer.close()
+            return
         self._writers.add(writer)
         up_writer = None
         try:
