@@ -224,5 +224,68 @@ _control_command("step", "step", "Run one phase of a paused loop, then pause aga
 _control_command("stop_after_iteration", "stop", "Stop the loop when the current iteration ends.")
 
 
+@main.command()
+@click.option("--port", type=int, default=None, help="Proxy port (default: proxy.port from the settings).")
+@click.pass_context
+@friendly_errors
+def serve(ctx: click.Context, port: int | None) -> None:
+    """Run the engine and the proxy in the foreground; print base URLs of a fresh debug rollout."""
+    import signal
+    import threading
+
+    from appliance.proxy import ProxyServer, create_app
+    from appliance.proxy.debug import open_debug_route
+    from appliance.serving import Engine
+    from appliance.store import Store
+
+    def interrupt(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)  # `kill` stops the engine as cleanly as Ctrl-C does
+    settings = settings_of(ctx)
+    store = Store(settings.db_path)
+    engine = Engine(settings, store)
+    click.echo(f"starting the engine on {engine.base_url} (model {engine.model_path}) ...", err=True)
+    engine.start()
+    server = ProxyServer(create_app(store, engine, settings), settings, port=port)
+    try:
+        server.start()
+        route = open_debug_route(store, server.url, engine.policy_version)
+        click.echo(f"rollout:            {route.rollout_id}  (policy version {engine.policy_version})")
+        click.echo(f"OpenAI base URL:    {route.openai_base_url}")
+        click.echo(f"Anthropic base URL: {route.anthropic_base_url}")
+        click.echo(f"recorded calls:     appliance calls {route.rollout_id} --json")
+        click.echo("Ctrl-C stops engine and proxy.", err=True)
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+        engine.stop()
+
+
+@main.command()
+@click.argument("rollout_id")
+@click.option("--json", "as_json", is_flag=True, help="Print every call with its token ids and logprobs as JSON.")
+@click.pass_context
+@friendly_errors
+def calls(ctx: click.Context, rollout_id: str, as_json: bool) -> None:
+    """Show the model calls the proxy recorded for ROLLOUT_ID."""
+    from appliance.proxy.debug import call_summaries
+    from appliance.store import Store
+
+    rows = call_summaries(Store(settings_of(ctx).db_path), rollout_id)
+
+    def human(rows: list[dict[str, Any]]) -> None:
+        for r in rows:
+            click.echo(f"#{r['seq']} {r['status']:5} v{r['policy_version']} prompt {r['prompt_len']} tok, "
+                       f"completion {r['completion_len']} tok, {r['latency_s'] * 1000:.0f} ms"
+                       + (f"  {r['error']}" if r["error"] else ""))
+        if not rows:
+            click.echo("no calls recorded yet")
+
+    emit(rows, as_json, human)
+
+
 if __name__ == "__main__":
     main()

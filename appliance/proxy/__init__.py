@@ -1,0 +1,7 @@
+"""The model-boundary proxy: per-rollout routes to the engine that record exact tokens of every call."""
+
+from appliance.proxy.app import EngineLike, create_app
+from appliance.proxy.routes import hash_token, register_route
+from appliance.proxy.server import ProxyServer
+
+__all__ = ["EngineLike", "ProxyServer", "create_app", "hash_token", "register_route"]

@@ -1,0 +1,130 @@
+"""The Anthropic dialect: `POST /r/{token}/v1/messages` as an OpenAI chat call to the engine.
+
+litellm (as a library) translates the request to a chat request and the chat response back to a
+Messages response; the call is recorded like any chat call (request as the engine saw it, response as
+the harness got it). A streaming request is answered from the finished response as the Messages event
+sequence (message_start, content blocks, message_delta, message_stop): the engine call itself is not
+streamed, which costs time-to-first-token but no tokens, and the row is committed before the first event.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from appliance.proxy.app import CHAT, Proxy, Refusal
+
+_adapter: Any = None
+_lock = threading.Lock()
+
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+               410: "invalid_request_error", 413: "request_too_large", 429: "rate_limit_error",
+               502: "api_error", 503: "overloaded_error"}
+
+
+def _litellm() -> tuple[Any, Any]:
+    """Import litellm once, offline (it otherwise tries to fetch a price list at import)."""
+    global _adapter
+    with _lock:
+        if _adapter is None:
+            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            from litellm import ModelResponse
+            from litellm.llms.anthropic.messages.adapters.transformation import LiteLLMAnthropicMessagesAdapter
+
+            _adapter = (LiteLLMAnthropicMessagesAdapter(), ModelResponse)
+    return _adapter
+
+
+def anthropic_error(status: int, message: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": ERROR_TYPES.get(status, "api_error"), "message": message}}
+
+
+def _drop_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_none(v) for v in value]
+    return value
+
+
+class AnthropicDialect:
+    def __init__(self, proxy: Proxy) -> None:
+        self.proxy = proxy
+
+    async def messages(self, request: Request) -> Response:
+        started = time.perf_counter()
+        rollout_id, body = None, None
+        try:
+            rollout_id = self.proxy.rollout_of(request).id
+            body = await self.proxy.body_of(request)
+            if not isinstance(body.get("messages"), list) or not isinstance(body.get("max_tokens"), int):
+                raise Refusal(400, "a Messages request needs `messages` (a list) and `max_tokens` (an integer)",
+                              "invalid_request_error", record=True)
+            adapter, model_response = await anyio.to_thread.run_sync(_litellm)
+            try:
+                chat, tool_names = adapter.translate_anthropic_to_openai(body)
+            except Exception as e:  # litellm raises many types for malformed input
+                raise Refusal(400, f"cannot read the Messages request: {e}", "invalid_request_error",
+                              record=True) from None
+            chat = _drop_none(json.loads(json.dumps(chat, default=_plain)))
+            chat.pop("stream", None)
+            chat.pop("stream_options", None)
+            sent = self.proxy.engine_body(chat, CHAT)
+
+            def shape(data: dict[str, Any]) -> dict[str, Any]:
+                message = adapter.translate_openai_response_to_anthropic(model_response(**data), tool_names)
+                message = json.loads(json.dumps(message, default=_plain))
+                message["model"] = body.get("model", message.get("model"))
+                return message
+
+            message = await self.proxy.complete(rollout_id, CHAT, chat, sent, shape)
+            if body.get("stream"):
+                return StreamingResponse(_events(message), media_type="text/event-stream")
+            return JSONResponse(message)
+        except Refusal as r:
+            if r.record and rollout_id is not None:
+                await self.proxy.record(self.proxy.call_row(rollout_id, body or {}, started, status="error",
+                                                            error=r.message))
+            return JSONResponse(anthropic_error(r.status, r.message), r.status, headers=r.headers)
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "model_dump"):
+        return value.model_dump()
+    return str(value)
+
+
+def _sse(event: str, data: dict[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def _events(message: dict[str, Any]) -> Iterator[bytes]:
+    """The Messages streaming event sequence for a finished message."""
+    usage = message.get("usage") or {}
+    start = {**message, "content": [], "stop_reason": None, "stop_sequence": None,
+             "usage": {"input_tokens": usage.get("input_tokens", 0), "output_tokens": 0}}
+    yield _sse("message_start", {"type": "message_start", "message": start})
+    for i, block in enumerate(message.get("content") or []):
+        if block.get("type") == "tool_use":
+            yield _sse("content_block_start", {"type": "content_block_start", "index": i,
+                                               "content_block": {**block, "input": {}}})
+            yield _sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": {
+                "type": "input_json_delta", "partial_json": json.dumps(block.get("input") or {})}})
+        else:
+            yield _sse("content_block_start", {"type": "content_block_start", "index": i,
+                                               "content_block": {"type": "text", "text": ""}})
+            yield _sse("content_block_delta", {"type": "content_block_delta", "index": i,
+                                               "delta": {"type": "text_delta", "text": block.get("text", "")}})
+        yield _sse("content_block_stop", {"type": "content_block_stop", "index": i})
+    yield _sse("message_delta", {"type": "message_delta",
+                                 "delta": {"stop_reason": message.get("stop_reason"), "stop_sequence": None},
+                                 "usage": {"output_tokens": usage.get("output_tokens", 0)}})
+    yield _sse("message_stop", {"type": "message_stop"})
