@@ -1,0 +1,27 @@
+"""Tasks: the format, procedural families, self-proposal, validation, difficulty control, held-out set.
+
+Task format, version 1 (docs/TASKS.md has the full reference)
+--------------------------------------------------------------
+A task is a directory::
+
+    task.toml      format_version = 1, id, family, difficulty (1..5), source (procedural | self_proposed |
+                   user), instruction, [limits] max_turns + timeout_s, [workspace] protected = [paths],
+                   optional [meta] (provenance: generator, seed)
+    workspace/     the files the agent starts with (UTF-8 text), copied to /workspace
+    setup.sh       optional bash run in /workspace before the agent starts (no network)
+    verify.sh      or verify.py: run in /workspace of a fresh sandbox after the episode;
+                   exit 0 = pass; may print `SCORE=<0..1>` (last one wins) for partial credit
+    solution.sh    the reference solution (bash in /workspace)
+
+or a single TOML file with the same keys plus `setup`, `verify`, `verify_lang` ("bash" | "python"),
+`solution` and `[workspace.files]` ("path" = "content") inline. In the store a task is
+`TaskSpec.to_spec()`, a flat dict of the same fields (`schemas.Task.spec`).
+
+The verifier and the reference solution never enter the agent's sandbox: `verify_workspace` runs the
+verifier in a new sandbox over a copy of the final workspace, with protected files restored from the task
+(and any change to them recorded as tampering).
+"""
+
+from appliance.tasks.format import FORMAT_VERSION, Limits, TaskFormatError, TaskSpec, load_task, write_task
+
+__all__ = ["FORMAT_VERSION", "Limits", "TaskFormatError", "TaskSpec", "load_task", "write_task"]

@@ -1,0 +1,226 @@
+"""The task format: one `TaskSpec` in memory, a directory or a single TOML file on disk, a dict in the store.
+
+See the package docstring (and docs/TASKS.md) for the layout. Workspace files are text (UTF-8); anything
+binary or generated belongs in `setup.sh`. Protected paths must be workspace files given here, because
+the verifier's context restores them from the task, never from the agent's copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import tomli_w
+
+from appliance.errors import ApplianceError
+
+FORMAT_VERSION = 1
+SOURCES = ("procedural", "self_proposed", "user")
+VERIFY_LANGS = {"bash": "verify.sh", "python": "verify.py"}
+TASK_FILE = "task.toml"
+
+
+class TaskFormatError(ApplianceError):
+    """A task file or directory does not follow the task format."""
+
+
+@dataclass(slots=True)
+class Limits:
+    max_turns: int = 10
+    timeout_s: float = 60.0  # per command the agent (or the reference solution) runs
+
+
+@dataclass(slots=True)
+class TaskSpec:
+    id: str
+    family: str
+    difficulty: int
+    instruction: str
+    verify: str
+    solution: str
+    files: dict[str, str] = field(default_factory=dict)  # workspace path -> text
+    setup: str = ""  # bash, run in /workspace before the agent starts; no network
+    verify_lang: str = "bash"
+    protected: list[str] = field(default_factory=list)
+    source: str = "procedural"
+    limits: Limits = field(default_factory=Limits)
+    meta: dict[str, Any] = field(default_factory=dict)  # generator, seed, parameters: provenance only
+    format_version: int = FORMAT_VERSION
+
+    # --- store form ---------------------------------------------------------------------------
+    def to_spec(self) -> dict[str, Any]:
+        """The plain dict stored as `schemas.Task.spec` (JSON-safe, round-trips through `from_spec`)."""
+        return asdict(self)
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any]) -> TaskSpec:
+        data = dict(spec)
+        version = data.get("format_version", FORMAT_VERSION)
+        if version != FORMAT_VERSION:
+            raise TaskFormatError(
+                f"task format_version {version!r} is not supported",
+                f"this appliance reads format_version = {FORMAT_VERSION}",
+            )
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise TaskFormatError(
+                f"unknown task keys: {', '.join(unknown)}", f"valid keys: {', '.join(sorted(known))}"
+            )
+        missing = [k for k in ("id", "family", "difficulty", "instruction", "verify", "solution") if not data.get(k)]
+        if missing:
+            raise TaskFormatError(f"task is missing {', '.join(missing)}", "see docs/TASKS.md for the task format")
+        limits = data.get("limits") or {}
+        if isinstance(limits, dict):
+            try:
+                data["limits"] = Limits(**limits)
+            except TypeError as e:
+                raise TaskFormatError(f"bad [limits]: {e}", "limits has max_turns and timeout_s") from None
+        data["files"] = {str(k): str(v) for k, v in (data.get("files") or {}).items()}
+        data["protected"] = [str(p) for p in data.get("protected") or []]
+        data["meta"] = dict(data.get("meta") or {})
+        data["difficulty"] = int(data["difficulty"])
+        spec_obj = cls(**data)
+        spec_obj.check()
+        return spec_obj
+
+    def check(self) -> None:
+        """Static checks of the format (no sandbox); raise `TaskFormatError` naming the field."""
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", self.id):
+            raise TaskFormatError(f"task id {self.id!r} is not a plain name",
+                                  "use letters, digits, '.', '_' and '-' (at most 100)")
+        if not 1 <= self.difficulty <= 5:
+            raise TaskFormatError(f"difficulty {self.difficulty} is outside 1..5", "set difficulty to 1..5")
+        if self.source not in SOURCES:
+            raise TaskFormatError(f"source {self.source!r} is unknown", f"use one of: {', '.join(SOURCES)}")
+        if self.verify_lang not in VERIFY_LANGS:
+            raise TaskFormatError(f"verify_lang {self.verify_lang!r} is unknown",
+                                  f"use one of: {', '.join(VERIFY_LANGS)}")
+        for path in list(self.files) + self.protected:
+            p = PurePosixPath(path)
+            if p.is_absolute() or ".." in p.parts or not p.parts:
+                raise TaskFormatError(f"workspace path {path!r} leaves the workspace",
+                                      "use a relative path without '..'")
+        missing = [p for p in self.protected if p not in self.files]
+        if missing:
+            raise TaskFormatError(f"protected paths {missing} are not workspace files of the task",
+                                  "a protected file must be given in the task so it can be restored")
+        if self.limits.max_turns < 1 or self.limits.timeout_s <= 0:
+            raise TaskFormatError(f"limits {self.limits} are not positive", "max_turns >= 1 and timeout_s > 0")
+
+    def digest(self, path: str) -> str:
+        return hashlib.sha256(self.files[path].encode()).hexdigest()
+
+
+def content_id(family: str, difficulty: int, *parts: str) -> str:
+    """A stable id from the content: the same task generated twice gets the same id (idempotent inserts)."""
+    h = hashlib.sha256(json.dumps([family, difficulty, *parts]).encode()).hexdigest()[:12]
+    return f"{family}-{difficulty}-{h}"
+
+
+# --- files ---------------------------------------------------------------------------------------
+def load_task(path: Path | str) -> TaskSpec:
+    """Read a task directory (with task.toml) or a single-file task (one .toml with inline files)."""
+    path = Path(path)
+    if not path.exists():
+        raise TaskFormatError(f"{path} does not exist", "pass a task directory or a .toml task file")
+    if path.is_dir():
+        return _load_dir(path)
+    data = _read_toml(path)
+    data.setdefault("id", path.stem)
+    return TaskSpec.from_spec(_toml_to_spec(data))
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise TaskFormatError(f"{path} is not valid TOML: {e}", "fix the syntax at the position named") from None
+
+
+def _toml_to_spec(data: dict[str, Any]) -> dict[str, Any]:
+    # In TOML the workspace lives under [workspace] (files) and protected paths beside it; in the store
+    # form they are flat. Accept both spellings so a spec dumped as TOML loads again.
+    data = dict(data)
+    ws = data.pop("workspace", None)
+    if isinstance(ws, dict):
+        data.setdefault("files", ws.get("files", {}))
+        if "protected" in ws:
+            data.setdefault("protected", ws["protected"])
+    return data
+
+
+def _load_dir(d: Path) -> TaskSpec:
+    toml_path = d / TASK_FILE
+    if not toml_path.exists():
+        raise TaskFormatError(f"{d} has no {TASK_FILE}", "a task directory holds task.toml, verify.sh and solution.sh")
+    data = _toml_to_spec(_read_toml(toml_path))
+    data.setdefault("id", d.name)
+    ws = d / "workspace"
+    if ws.is_dir():
+        files = dict(data.get("files") or {})
+        for f in sorted(ws.rglob("*")):
+            if f.is_file():
+                rel = f.relative_to(ws).as_posix()
+                try:
+                    files[rel] = f.read_text()
+                except UnicodeDecodeError:
+                    raise TaskFormatError(f"workspace file {f} is not UTF-8 text",
+                                          "create binary files in setup.sh instead") from None
+        data["files"] = files
+    for name, key in (("setup.sh", "setup"), ("solution.sh", "solution")):
+        if (d / name).exists():
+            data[key] = (d / name).read_text()
+    for lang, name in VERIFY_LANGS.items():
+        if (d / name).exists():
+            data["verify"] = (d / name).read_text()
+            data["verify_lang"] = lang
+    return TaskSpec.from_spec(data)
+
+
+def write_task(spec: TaskSpec, target: Path | str) -> Path:
+    """Write a task directory (target is a directory) or a single file (target ends in .toml)."""
+    target = Path(target)
+    if target.suffix == ".toml":
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(dumps_toml(spec))
+        return target
+    target.mkdir(parents=True, exist_ok=True)
+    head = _toml_head(spec)
+    head["workspace"] = {"protected": spec.protected} if spec.protected else {}
+    if not head["workspace"]:
+        del head["workspace"]
+    (target / TASK_FILE).write_text(tomli_w.dumps(head, multiline_strings=True))
+    for rel, text in spec.files.items():
+        p = target / "workspace" / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    if spec.setup:
+        (target / "setup.sh").write_text(spec.setup)
+    (target / VERIFY_LANGS[spec.verify_lang]).write_text(spec.verify)
+    (target / "solution.sh").write_text(spec.solution)
+    return target
+
+
+def dumps_toml(spec: TaskSpec) -> str:
+    """The single-file form: everything inline, workspace files under [workspace.files]."""
+    data = _toml_head(spec)
+    data.update(setup=spec.setup, verify_lang=spec.verify_lang, verify=spec.verify, solution=spec.solution)
+    data["workspace"] = {"protected": spec.protected, "files": spec.files}
+    return tomli_w.dumps(data, multiline_strings=True)
+
+
+def _toml_head(spec: TaskSpec) -> dict[str, Any]:
+    head = {
+        "format_version": spec.format_version, "id": spec.id, "family": spec.family,
+        "difficulty": spec.difficulty, "source": spec.source, "instruction": spec.instruction,
+        "limits": {"max_turns": spec.limits.max_turns, "timeout_s": spec.limits.timeout_s},
+    }
+    if spec.meta:
+        head["meta"] = spec.meta
+    return head
