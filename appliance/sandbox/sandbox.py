@@ -75,12 +75,15 @@ _cleanup_installed = False
 def _stop_all() -> None:
     with _live_lock:
         boxes = list(_live.values())
-    if not boxes:
-        return
-    # One `podman rm` for all: at shutdown, 32 sandboxes one by one would take ~10 s.
-    podman(boxes[0].settings, "rm", "-f", "-t", "0", "--ignore", *(sb.name for sb in boxes), check=False, timeout=120)
+    # One `podman rm` per storage root: at shutdown, 32 sandboxes one by one would take ~10 s.
+    roots: dict[Path, list[Sandbox]] = {}
     for sb in boxes:
-        sb.stop(removed=True)
+        roots.setdefault(sb.settings.podman_dir, []).append(sb)
+    for group in roots.values():
+        podman(group[0].settings, "rm", "-f", "-t", "0", "--ignore", *(sb.name for sb in group),
+               check=False, timeout=120)
+        for sb in group:
+            sb.stop(removed=True)
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
@@ -127,7 +130,7 @@ class Sandbox:
                 raise SandboxError(f"workspace {workspace} does not exist or is not a directory",
                                    "create the directory first, or omit the workspace for an empty one")
         _chown_tree(workspace, AGENT_UID)
-        listener, socket_dir = None, None
+        listener, socket_dir, sb = None, None, None
         try:
             if door is not None:
                 socket_dir = settings.sockets_dir / name
@@ -143,7 +146,7 @@ class Sandbox:
                                    "check that the image is current: run `appliance init`")
             return sb
         except BaseException:
-            if "sb" in locals():
+            if sb is not None:
                 sb.stop()
             else:
                 if listener is not None:
