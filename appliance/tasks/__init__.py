@@ -23,5 +23,11 @@ verifier in a new sandbox over a copy of the final workspace, with protected fil
 """
 
 from appliance.tasks.format import FORMAT_VERSION, Limits, TaskFormatError, TaskSpec, load_task, write_task
+from appliance.tasks.validate import (
+    REASONS, Stage, Validation, VerifyResult, dedupe, fingerprint, validate_agent_free, verify_workspace,
+)
 
-__all__ = ["FORMAT_VERSION", "Limits", "TaskFormatError", "TaskSpec", "load_task", "write_task"]
+__all__ = [
+    "FORMAT_VERSION", "REASONS", "Limits", "Stage", "TaskFormatError", "TaskSpec", "Validation", "VerifyResult",
+    "dedupe", "fingerprint", "load_task", "validate_agent_free", "verify_workspace", "write_task",
+]
