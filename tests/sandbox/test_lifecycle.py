@@ -57,11 +57,13 @@ def test_sigkill_of_the_owner_then_restart_leaves_nothing(sandbox_settings: Sett
     assert not (sandbox_settings.home / "sandboxes" / name).exists()
 
 
-def test_sigterm_of_the_owner_removes_its_sandboxes(sandbox_settings: Settings) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_or_ctrl_c_of_the_owner_removes_its_sandboxes(sandbox_settings: Settings, sig: int) -> None:
     proc, name = start_owner(sandbox_settings)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(60) == -signal.SIGTERM
+    proc.send_signal(sig)
+    assert proc.wait(60) == -sig  # the signal's own exit status, after the cleanup
     assert name not in labelled(sandbox_settings)
+    assert not (sandbox_settings.home / "sandboxes" / name).exists()
 
 
 def test_lifetime_kills_and_removes_a_forgotten_sandbox(sandbox_settings: Settings) -> None:
