@@ -150,6 +150,22 @@ def m003_controls_and_tui_reads(db: sqlite_utils.Database) -> None:
     )
 
 
+@migrations()
+def m004_heldout_guard(db: sqlite_utils.Database) -> None:
+    # The held-out set is never trained on: a training rollout of a held-out task is refused by the
+    # database itself (a backstop behind Store.check_trainable), and a held-out task stays held out.
+    db.executescript(
+        """
+        CREATE TRIGGER heldout_not_trained BEFORE INSERT ON rollouts
+        WHEN NEW.purpose = 'train' AND NEW.task_id IN (SELECT id FROM tasks WHERE split = 'heldout')
+        BEGIN SELECT RAISE(ABORT, 'held-out task used in a training rollout'); END;
+        CREATE TRIGGER heldout_split_fixed BEFORE UPDATE OF split ON tasks
+        WHEN OLD.split = 'heldout' AND NEW.split != 'heldout'
+        BEGIN SELECT RAISE(ABORT, 'a held-out task cannot move to training'); END;
+        """
+    )
+
+
 def pack_ints(values: list[int]) -> bytes:
     return array("i", values).tobytes()
 
@@ -353,6 +369,24 @@ class Store:
                 "INSERT INTO validations (task_id, stage, passed, reason, details, created_at) VALUES (?,?,?,?,?,?)",
                 (task_id, stage, int(passed), reason, _json(details), now()),
             )
+
+    def training_tasks(self, run_id: str | None = None, *, status: TaskStatus | None = None,
+                       family: str | None = None) -> list[Task]:
+        """The training pool: split=train only, whatever else is asked for."""
+        return self.tasks(run_id, split=Split.TRAIN, status=status, family=family)
+
+    def check_trainable(self, task_ids: list[str] | set[str]) -> None:
+        """Raise `StoreError` if any of these tasks is held out; the trainer calls this before a step."""
+        ids = sorted(set(task_ids))
+        held: list[str] = []
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            rows = self.conn.execute(f"SELECT id FROM tasks WHERE split = 'heldout' AND id IN ({','.join('?' * len(chunk))})",
+                                     chunk)
+            held += [r[0] for r in rows]
+        if held:
+            raise StoreError(f"{len(held)} held-out task(s) asked for in a training context: {', '.join(held[:5])}",
+                             "held-out tasks are for evaluation only; take training tasks from store.training_tasks()")
 
     # --- rollouts -------------------------------------------------------------------------------
     def add_rollout(self, rollout: Rollout, route_hash: str | None = None) -> bool:
