@@ -240,7 +240,7 @@ class ScriptedPolicy:
 
         from appliance.schemas import ModelCall
 
-        if request.url.path != "/v1/chat/completions":
+        if not request.url.path.endswith("/v1/chat/completions"):  # also under a proxy route /r/<token>
             self._fail(f"ScriptedPolicy only serves /v1/chat/completions, got {request.url.path}")
         body = json.loads(request.content)
         step = len(self.requests)
@@ -530,3 +530,23 @@ def run_fake_appliance(db_path: str, run_id: str, go_file: str, *, timeout_s: fl
             store.add_event(Event("phase", str(Phase.VALIDATE), run_id, {"iteration": 0}))
             moved = True
         time.sleep(0.1)
+
+
+# --- tasks: a scripted prompt -> text policy for self-proposal ------------------------------------------
+
+class ScriptedText:
+    """Answers prompts from a script, in order, and records them; a call past the script fails loudly."""
+
+    def __init__(self, replies: list[str]) -> None:
+        self.replies = list(replies)
+        self.prompts: list[str] = []
+
+    def __call__(self, prompt: str) -> str:
+        if len(self.prompts) >= len(self.replies):
+            raise ScriptDivergence(f"ScriptedText got call {len(self.prompts) + 1}, but only "
+                                   f"{len(self.replies)} replies are scripted; prompt: {prompt[:200]!r}")
+        self.prompts.append(prompt)
+        return self.replies[len(self.prompts) - 1]
+
+    def done(self) -> bool:
+        return len(self.prompts) == len(self.replies)

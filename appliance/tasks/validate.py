@@ -25,14 +25,15 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from appliance.config import Settings
-from appliance.errors import ApplianceError
-from appliance.schemas import TaskStatus
+from appliance.errors import ApplianceError, NotFoundError
+from appliance.schemas import Split, Task, TaskStatus
 from appliance.tasks.format import TaskFormatError, TaskSpec
 
 VERIFY_TIMEOUT_S = 60.0
@@ -336,3 +337,52 @@ def band_status(passed: int, attempts: int, band: tuple[float, float] = (0.0, 1.
     if rate >= high:
         return TaskStatus.TOO_EASY
     return TaskStatus.LEARNABLE
+
+
+# --- into the pool -----------------------------------------------------------------------------------
+def admit(settings: Settings, store: Any, specs: list[TaskSpec], *, run_id: str | None = None,
+          split: Split = Split.TRAIN, parallel: int = 4, start: SandboxStarter | None = None,
+          seen: set[str] | None = None) -> list[tuple[TaskSpec, Validation]]:
+    """Validate tasks agent-free and store each with its verdict: `valid`, or `rejected` with the reason
+    (near-duplicates of the pool included). Idempotent: a task already decided is skipped; one left
+    `proposed` (a crash, an infra failure) is validated again. `start` may be a `SandboxPool.start`."""
+    if seen is None:
+        seen = set()
+        for t in store.tasks(run_id):
+            if t.status != TaskStatus.REJECTED:
+                try:
+                    seen.add(fingerprint(TaskSpec.from_spec(t.spec)))
+                except ApplianceError:
+                    continue
+    todo: list[TaskSpec] = []
+    for spec in specs:
+        try:
+            status = store.get_task(spec.id).status
+        except NotFoundError:
+            status = None
+        if status not in (None, TaskStatus.PROPOSED):
+            continue
+        if status is None:
+            store.add_task(Task(spec.id, run_id, spec.family, spec.difficulty, spec.source, split,
+                                TaskStatus.PROPOSED, spec.to_spec()))
+            fp = fingerprint(spec)
+            if fp in seen:
+                store.add_validation(spec.id, "dedupe", False, DUPLICATE, {"fingerprint": fp})
+                store.set_task_status(spec.id, TaskStatus.REJECTED, reason=DUPLICATE)
+                continue
+            seen.add(fp)
+        todo.append(spec)
+
+    def one(spec: TaskSpec) -> tuple[TaskSpec, Validation]:
+        v = validate_agent_free(settings, spec, start=start)
+        for st in v.stages:
+            store.add_validation(spec.id, st.name, st.ok, None if st.ok else v.reason,
+                                 {"detail": st.detail[-2000:], "duration_s": st.duration_s})
+        if v.ok:
+            store.set_task_status(spec.id, TaskStatus.VALID)
+        elif not v.infra:
+            store.set_task_status(spec.id, TaskStatus.REJECTED, reason=v.reason)
+        return spec, v
+
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as ex:
+        return list(ex.map(one, todo))

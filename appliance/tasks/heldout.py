@@ -1,0 +1,41 @@
+"""The held-out evaluation set: generated from seeds disjoint from training, fixed at run start, never trained on.
+
+Seed scheme (see `families.seed_rng`): a task's randomness is `Random("split:family:level:seed:index")`.
+Training synthesis uses split "train" with the iteration's seed; the held-out set uses split "heldout"
+with `seed_base` (the run's seed). The two strings can never be equal, so no held-out stream is ever a
+training stream. Because small levels have small content spaces, the same *content* could still be
+drawn by both; task ids are content hashes, so `synthesize(..., exclude=heldout_ids(store, run))` skips
+those, and the store refuses a training rollout of a held-out task (`Store.check_trainable`, triggers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from appliance.schemas import Split, Task, TaskStatus
+from appliance.store import Store
+from appliance.tasks.families import FAMILIES, LEVELS, synthesize
+from appliance.tasks.format import TaskSpec
+
+
+def heldout_tasks(families: Iterable[str] | None = None, levels: Iterable[int] = LEVELS, n: int = 4,
+                  seed_base: int | str = 0) -> list[TaskSpec]:
+    """n held-out tasks per family and level; the same arguments always give the same tasks."""
+    out: list[TaskSpec] = []
+    for name in families or FAMILIES:
+        for level in levels:
+            out += synthesize(name, level, n, seed=seed_base, split="heldout")
+    return out
+
+
+def fix_heldout(store: Store, run_id: str, specs: list[TaskSpec]) -> int:
+    """Store the held-out set of a run (idempotent: a restarted run adds nothing); returns rows added."""
+    added = 0
+    for spec in specs:
+        added += store.add_task(Task(spec.id, run_id, spec.family, spec.difficulty, spec.source, Split.HELDOUT,
+                                     TaskStatus.PROPOSED, spec.to_spec()))
+    return added
+
+
+def heldout_ids(store: Store, run_id: str | None = None) -> set[str]:
+    return {t.id for t in store.tasks(run_id, split=Split.HELDOUT)}
