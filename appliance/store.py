@@ -682,12 +682,22 @@ class Store:
         return [_event(r) for r in rows]
 
     def latest_events(self, run_id: str | None, *, limit: int = 20, kinds: tuple[str, ...] = ()) -> list[Event]:
-        """The newest events of a run (and run-less ones such as engine moves), newest first."""
-        sql, args = "SELECT * FROM events WHERE (run_id IS ? OR run_id IS NULL)", [run_id]
-        if kinds:
-            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
-            args.extend(kinds)
-        return [_event(r) for r in self.conn.execute(sql + " ORDER BY id DESC LIMIT ?", (*args, limit))]
+        """The newest events of a run (and run-less ones such as engine moves), newest first. One indexed
+        query per (run, kind): a single OR/IN query would sort every matching event of a long run."""
+        kinds = kinds or tuple(r[0] for r in self.conn.execute("SELECT DISTINCT kind FROM events"))
+        found: list[Event] = []
+        for owner in {run_id, None}:
+            for kind in kinds:
+                rows = self.conn.execute("SELECT * FROM events WHERE run_id IS ? AND kind = ? ORDER BY id DESC LIMIT ?",
+                                         (owner, kind, limit))
+                found.extend(_event(r) for r in rows)
+        return sorted(found, key=lambda e: e.id, reverse=True)[:limit]
+
+    def metric_tail(self, run_id: str | None, name: str, n: int) -> list[tuple[int, float]]:
+        """The last `n` points of a metric, oldest first (what a sparkline draws)."""
+        rows = self.conn.execute("SELECT step, value FROM metrics WHERE run_id IS ? AND name = ?"
+                                 " ORDER BY step DESC, id DESC LIMIT ?", (run_id, name, n))
+        return [(r[0], r[1]) for r in rows][::-1]
 
     def rollout_counts(self, run_id: str, iteration: int) -> dict[str, int]:
         """Rollouts of one iteration (every purpose) by status and by outcome, e.g. {"running": 3, "success": 5}."""

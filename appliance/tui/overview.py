@@ -11,6 +11,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from appliance.schemas import Event, Iteration, IterationStatus, Phase
+from appliance.store import Store
 from appliance.tui.base import Context, PollingScreen, run_title
 
 PHASES = [p for p in Phase if p != Phase.DONE]
@@ -103,10 +104,11 @@ def rollout_line(counts: dict[str, int]) -> str:
             f"done [b]{counts.get('finished', 0)}[/b] ({outcomes})")
 
 
-def curves(store, run_id: str, counts: dict[str, int]) -> str:
-    heldout = [v for _, v in store.heldout_curve(run_id)] or [v for _, v in store.metric_series(run_id, "heldout_pass@1")]
-    reward = [v for _, v in store.metric_series(run_id, "reward_mean")]
-    infra = [v for _, v in store.metric_series(run_id, "infra_error_rate")]
+def curves(store: Store, run_id: str, counts: dict[str, int]) -> str:
+    heldout = [v for _, v in store.heldout_curve(run_id)] or \
+        [v for _, v in store.metric_tail(run_id, "heldout_pass@1", CURVE_POINTS)]
+    reward = [v for _, v in store.metric_tail(run_id, "reward_mean", CURVE_POINTS)]
+    infra = [v for _, v in store.metric_tail(run_id, "infra_error_rate", CURVE_POINTS)]
     if not infra and counts.get("finished"):
         infra = [counts.get("infra_error", 0) / counts["finished"]]
     return "\n".join([

@@ -1,17 +1,26 @@
 """Reports: the capability report of any iteration, rendered from its Markdown, or its diff to the
-report of the iteration before."""
+report of the iteration before.
+
+Rendered with Rich's Markdown in the worker thread, once per report and width, into plain styled text
+for one Static: Textual's Markdown widget builds a widget per block and took seconds to open a long
+report, and even Rich's renderer costs ~0.2 s for a long one, too much to pay on the UI thread or per tick.
+"""
 
 from __future__ import annotations
 
 import difflib
+import io
 from dataclasses import dataclass
 from typing import Any
 
+from rich.console import Console
+from rich.markdown import Markdown
 from rich.markup import escape
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import Markdown, OptionList, Static
+from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from appliance.tui.base import Context, PollingScreen, run_title
@@ -23,6 +32,8 @@ class ReportsData:
     iterations: tuple[int, ...]
     shown: int | None
     markdown: str
+    rendered: Text
+    width: int  # the width `rendered` was laid out for
     previous: str | None  # the report before `shown`, for the diff
 
 
@@ -34,29 +45,44 @@ class ReportsScreen(PollingScreen):
         super().__init__(**kwargs)
         self.selected: int | None = None  # None: the latest report
         self.diff = False
+        self._rendered: dict[tuple[str, int], Text] = {}
 
     def compose(self) -> ComposeResult:
         yield from self.compose_title()
         with Horizontal(id="reports"):
             yield OptionList(id="report-list")
             with VerticalScroll(id="report-body"):
-                yield Markdown("", id="report")
+                yield Static("", id="report")
                 yield Static("", id="report-diff")
         yield from self.compose_footer()
 
     def load(self, ctx: Context) -> ReportsData:
         if ctx.run is None:
-            return ReportsData(run_title(None, "reports"), (), None, "", None)
+            return ReportsData(run_title(None, "reports"), (), None, "", Text(), 0, None)
         store, run_id = ctx.store, ctx.run.id
         iterations = tuple(store.report_iterations(run_id))
         shown = self.selected if self.selected in iterations else (iterations[-1] if iterations else None)
         if shown is None:
-            return ReportsData(run_title(ctx.run, "reports"), (), None, "No capability report yet: the first one is "
-                               "written at the end of iteration 0.", None)
+            note = "No capability report yet: the first one is written at the end of iteration 0."
+            return ReportsData(run_title(ctx.run, "reports"), (), None, note, Text(note), 0, None)
         _, markdown = store.report(run_id, shown)
         earlier = [i for i in iterations if i < shown]
         previous = store.report(run_id, earlier[-1])[1] if earlier else None
-        return ReportsData(run_title(ctx.run, "reports"), iterations, shown, markdown, previous)
+        width = self.body_width()
+        return ReportsData(run_title(ctx.run, "reports"), iterations, shown, markdown,
+                           self.render_markdown(markdown, width), width, previous)
+
+    def body_width(self) -> int:
+        return max(20, self.query_one("#report-body").content_size.width - 1)
+
+    def render_markdown(self, markdown: str, width: int) -> Text:
+        key = (markdown, width)
+        if key not in self._rendered:
+            console = Console(width=width, file=io.StringIO(), force_terminal=True, color_system="256")
+            with console.capture() as out:
+                console.print(Markdown(markdown))
+            self._rendered = {key: Text.from_ansi(out.get())}  # keep one: the report on display
+        return self._rendered[key]
 
     def show(self, data: ReportsData) -> None:
         self.set_title(data.title + ("" if data.shown is None else f" · iteration {data.shown}"))
@@ -66,8 +92,11 @@ class ReportsScreen(PollingScreen):
             options.add_options([Option(f"iteration {i}", id=str(i)) for i in data.iterations])
         if data.shown is not None and data.iterations:
             options.highlighted = data.iterations.index(data.shown)
-        self.query_one("#report", Markdown).update(data.markdown)
-        self.query_one("#report", Markdown).display = not self.diff
+        report = self.query_one("#report", Static)
+        report.update(data.rendered)
+        if data.width and data.width != self.body_width():  # laid out before the screen had its size
+            self.reload(force=True)
+        report.display = not self.diff
         diff = self.query_one("#report-diff", Static)
         diff.display = self.diff
         if self.diff:
@@ -78,6 +107,9 @@ class ReportsScreen(PollingScreen):
         if chosen != self.selected:
             self.selected = chosen
             self.reload(force=True)
+
+    def on_resize(self) -> None:
+        self.reload(force=True)
 
     def action_toggle_diff(self) -> None:
         self.diff = not self.diff

@@ -138,7 +138,7 @@ class TrajectoryScreen(Screen):
         calls = store.model_calls(self.rollout_id)
         samples = store.samples(self.rollout_id)
         trained = sum(sum(s.mask) for s in samples)
-        gap = store.metric_series(rollout.run_id, "logprob_gap") if rollout.run_id else []
+        gap = store.metric_tail(rollout.run_id, "logprob_gap", 1) if rollout.run_id else []
         summary = (f"{rollout.outcome or rollout.status} · reward {_num(rollout.reward)} · {rollout.turns} turns · "
                    f"{len(calls)} calls · {len(samples)} samples ({trained} trained tokens)")
         if gap:
