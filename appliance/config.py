@@ -151,6 +151,29 @@ class HarnessSettings(Section):
     )
 
 
+class ExternalHarnessSettings(Section):
+    recipe: str = Field(description="Recipe folder (Containerfile, requirements.txt, package.txt): a name under "
+                        "appliance/harness/images or an absolute path.")
+    command: list[str] = Field(description="Command line run in /workspace. Placeholders: {instruction}, "
+                               "{openai_base_url}, {anthropic_base_url}, {base_url}, {api_key}, {model}, {max_turns}.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment (same placeholders).")
+    timeout_s: float = Field(900.0, gt=0, description="Wall time of one episode of this harness.")
+
+
+def default_harnesses() -> dict[str, ExternalHarnessSettings]:
+    return {
+        "mini-swe-agent": ExternalHarnessSettings(
+            recipe="mini-swe-agent",
+            command=["python3", "-m", "minisweagent.run.mini", "-c", "mini_textbased.yaml",
+                     "-c", "model.model_kwargs.api_base={openai_base_url}", "-c", "model.model_kwargs.api_key={api_key}",
+                     "-c", "agent.step_limit={max_turns}", "-c", "environment.cwd=/workspace",
+                     "-m", "openai/{model}", "--model-class", "litellm_textbased", "-l", "0",
+                     "-t", "{instruction}", "--yolo", "--exit-immediately", "-o", "/tmp/trajectory.json"],
+            env={"OPENAI_API_KEY": "{api_key}", "OPENAI_BASE_URL": "{openai_base_url}"},
+        )
+    }
+
+
 PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
     "cpu": {"engine": {"dtype": "float32", "enforce_eager": True, "enable_sleep_mode": False}},
     "gpu": {
@@ -174,6 +197,9 @@ class Settings(BaseSettings):
     proxy: ProxySettings = Field(default_factory=ProxySettings)
     training: TrainingSettings = Field(default_factory=TrainingSettings)
     harness: HarnessSettings = Field(default_factory=HarnessSettings)
+    harnesses: dict[str, ExternalHarnessSettings] = Field(
+        default_factory=default_harnesses, description="Third-party harnesses run unmodified inside the sandbox."
+    )
 
     @classmethod
     def settings_customise_sources(

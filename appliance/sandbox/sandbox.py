@@ -221,6 +221,14 @@ class Sandbox:
                                "the sandbox is gone (lifetime reached or removed); start a new one")
         return ExecResult(code, out.text(), err.text(), duration, timed_out, bool(out.dropped or err.dropped))
 
+    def alive(self) -> bool:
+        """Whether the container still runs (it may have been killed, or reached its lifetime)."""
+        if self._stopped:
+            return False
+        proc = podman(self.settings, "container", "inspect", "--format", "{{.State.Running}}", self.name,
+                      check=False, timeout=30)
+        return proc.returncode == 0 and proc.stdout.strip() == b"true"
+
     def shell(self) -> Shell:
         """The sandbox's persistent shell (one per sandbox, created on first use)."""
         if self._shell is None:

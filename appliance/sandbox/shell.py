@@ -160,6 +160,11 @@ class Shell:
         timed_out = not finished
         if timed_out or out.trailer is None:
             self._kill()
+            if not timed_out and not self._sb.alive():
+                # The session ended without its trailer because the container is gone (killed, lifetime
+                # reached, OOM of the whole sandbox): that is the machine's failure, not the command's.
+                raise SandboxError(f"sandbox {self._sb.name} died while running a command",
+                                   "an infra error: the rollout is excluded from training; check `podman ps -a`")
         code = int(out.trailer) if out.trailer is not None and out.trailer.strip().lstrip(b"-").isdigit() else (
             137 if timed_out else (proc.poll() if proc.poll() is not None else -1))
         return ExecResult(code, out.text(), err.text(), duration, timed_out, bool(out.dropped or err.dropped))

@@ -1,0 +1,111 @@
+"""Third-party harnesses, run unmodified inside the sandbox and pointed at the proxy.
+
+A harness is configured (`[harnesses.NAME]` in appliance.toml) as a recipe folder (Containerfile,
+requirements.txt, package.txt), a command line and an environment. Its Python packages are installed on
+the host with `pip --target` (the host and the sandbox image share the CPython minor version) and copied
+into an image derived from the sandbox image, so neither the image build nor the sandbox needs network.
+Inside the sandbox the harness sees ordinary OpenAI / Anthropic base URLs on 127.0.0.1 (the model door);
+the per-rollout secret token is part of the URL and doubles as the API key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from appliance.config import ExternalHarnessSettings, Settings
+from appliance.errors import ConfigError, SetupError
+from appliance.sandbox import DOOR_PORT, Sandbox, build_image, image_exists, podman_env
+
+IMAGES_DIR = Path(__file__).parent / "images"
+RECIPE_FILES = ("Containerfile", "requirements.txt", "package.txt")
+
+
+@dataclass(slots=True)
+class ExternalRun:
+    exit_code: int
+    stdout: str
+    stderr: str
+    duration_s: float
+    timed_out: bool
+
+
+def harness_settings(settings: Settings, name: str) -> ExternalHarnessSettings:
+    try:
+        return settings.harnesses[name]
+    except KeyError:
+        choices = ", ".join(["builtin", *settings.harnesses]) or "builtin"
+        raise ConfigError(f"unknown harness {name!r}", f"choose one of: {choices} (or add [harnesses.{name}])") from None
+
+
+def recipe_dir(spec: ExternalHarnessSettings) -> Path:
+    path = Path(spec.recipe)
+    path = path if path.is_absolute() else IMAGES_DIR / path
+    missing = [f for f in RECIPE_FILES if not (path / f).exists()]
+    if missing:
+        raise ConfigError(f"harness recipe {path} lacks {', '.join(missing)}",
+                          f"a recipe folder holds {', '.join(RECIPE_FILES)}")
+    return path
+
+
+def harness_image(settings: Settings, name: str, log: Callable[[str], None] = print) -> str:
+    """Build (once per recipe and base image) the derived image of harness `name`; return its reference."""
+    spec = harness_settings(settings, name)
+    recipe = recipe_dir(spec)
+    base = build_image(settings, log)
+    h = hashlib.sha256(base.encode())
+    for f in RECIPE_FILES:
+        h.update((recipe / f).read_bytes())
+    key = h.hexdigest()[:12]
+    ref = f"appliance-harness-{name}:{key}"
+    if image_exists(settings, ref):
+        return ref
+    layer = settings.home / "harness-layers" / f"{name}-{key}"
+    site = layer / "site"
+    if not (layer / ".installed").exists():
+        shutil.rmtree(layer, ignore_errors=True)
+        site.mkdir(parents=True)
+        log(f"installing {name} into {site}")
+        pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target", str(site)]
+        for args in (["-r", str(recipe / "requirements.txt")], ["--no-deps", "-r", str(recipe / "package.txt")]):
+            proc = subprocess.run(pip + args, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise SetupError(f"pip could not install harness {name}: {proc.stderr.strip()[-1500:]}",
+                                 f"check {recipe}/requirements.txt and that PyPI is reachable")
+        (layer / ".installed").write_text(key)
+    shutil.copy(recipe / "Containerfile", layer / "Containerfile")
+    log(f"building {ref} on {base}")
+    proc = subprocess.run(["podman", "build", "--pull=never", "--network=none", "--build-arg", f"BASE={base}",
+                           "-t", ref, str(layer)], env=podman_env(settings), capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SetupError(f"podman build of {ref} failed: {proc.stderr.strip()[-1500:]}",
+                         "`appliance doctor` checks podman; fix it and run again")
+    return ref
+
+
+def door_urls(token: str) -> dict[str, str]:
+    """The URLs a harness inside the sandbox uses; the token selects this rollout's route."""
+    root = f"http://127.0.0.1:{DOOR_PORT}/r/{token}"
+    return {"anthropic_base_url": root, "openai_base_url": f"{root}/v1", "base_url": f"{root}/v1"}
+
+
+def run_external(sandbox: Sandbox, spec: ExternalHarnessSettings, *, instruction: str, token: str,
+                 model: str = "policy", max_turns: int = 10) -> ExternalRun:
+    """Run the harness's command line once in /workspace; the sandbox was started with the model door."""
+    values = {**door_urls(token), "api_key": token, "model": model, "instruction": instruction,
+              "max_turns": str(max_turns)}
+    try:
+        argv = [part.format(**values) for part in spec.command]
+        env = {k: v.format(**values) for k, v in spec.env.items()}
+    except (KeyError, IndexError) as e:
+        raise ConfigError(f"harness command uses an unknown placeholder {e}",
+                          "placeholders: " + ", ".join("{" + k + "}" for k in values)) from None
+    t0 = time.monotonic()
+    r = sandbox.exec(argv, timeout=spec.timeout_s, env=env)
+    return ExternalRun(r.exit_code, r.stdout, r.stderr, time.monotonic() - t0, r.timed_out)

@@ -1,0 +1,173 @@
+"""Practice: one rollout = one task, one harness, one sandbox, one outcome; and groups of rollouts.
+
+A rollout runs the task's workspace in a fresh hardened sandbox, lets a harness work on it (the built-in
+agent on the host driving the sandbox's shell, or a third-party harness inside the sandbox behind the
+model door), then hands the final workspace to the verifier, which runs in a new sandbox with the task's
+protected files restored (`appliance.tasks.verify_workspace`). Every model call went through the proxy
+under the rollout's own route, so the exact tokens are in the store; the samples are built from them.
+
+Outcomes: the verifier decides success/failure; turn/token/context limits are `truncated`; anything the
+machine caused (sandbox died, engine or proxy failed, verifier crashed, set-up failed) is `infra_error`
+with its cause in `rollouts.error` as "infra: <cause>", and never reaches the loss.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from appliance.config import Settings
+from appliance.errors import ApplianceError
+from appliance.harness.base import ClientConfig, EndReason, Episode, Limits
+from appliance.harness.builtin import run_builtin
+from appliance.harness.external import harness_image, harness_settings, run_external
+from appliance.proxy import register_route
+from appliance.sandbox import ModelDoor, SandboxPool
+from appliance.schemas import Outcome, Rollout, RolloutStatus
+from appliance.store import Store
+from appliance.tasks import TaskSpec, verify_workspace
+from appliance.tasks.validate import write_workspace
+from appliance.trajectories import TrajectoryReport, build_samples
+
+BUILTIN = "builtin"
+TRUNCATING = {EndReason.TURN_LIMIT: "turn_limit", EndReason.TOKEN_LIMIT: "token_limit",
+              EndReason.CONTEXT_OVERFLOW: "context_overflow", EndReason.TIME_LIMIT: "timeout"}
+
+
+@dataclass
+class Practice:
+    """What a rollout needs from the running appliance: settings, store, the proxy, a sandbox pool."""
+
+    settings: Settings
+    store: Store
+    proxy_host: str
+    proxy_port: int
+    pool: SandboxPool
+    log: Callable[[str], None] = print
+    client_transport: Any = None  # an httpx transport for the built-in harness; tests hand in a scripted one
+    _images: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def proxy_url(self) -> str:
+        return f"http://{self.proxy_host}:{self.proxy_port}"
+
+    def image_for(self, harness: str) -> str | None:
+        if harness == BUILTIN:
+            return None
+        if harness not in self._images:
+            self._images[harness] = harness_image(self.settings, harness, self.log)
+        return self._images[harness]
+
+
+@dataclass(slots=True)
+class RolloutResult:
+    rollout: Rollout
+    episode: dict[str, Any] | None
+    verifier_output: str
+    trajectory: TrajectoryReport | None
+    tampered: list[str]
+
+
+def new_rollout(store: Store, *, harness: str, policy_version: int, run_id: str | None = None,
+                task_id: str | None = None, group_id: str | None = None, iteration: int | None = None,
+                purpose: str = "train", rollout_id: str | None = None) -> Rollout:
+    """Create (idempotently, when the caller supplies the id) a pending rollout row."""
+    rollout = Rollout(rollout_id or f"ro-{uuid.uuid4().hex[:16]}", run_id, task_id, group_id, iteration, harness,
+                      policy_version, RolloutStatus.PENDING, purpose)
+    store.add_rollout(rollout)
+    return store.get_rollout(rollout.id)
+
+
+def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> RolloutResult:
+    """Run a pending rollout to its outcome; the row is finished on every path, also on infra errors."""
+    settings, store = practice.settings, practice.store
+    store.start_rollout(rollout.id)
+    token = register_route(store, rollout.id)
+    workspace = settings.home / "workspaces" / rollout.id
+    shutil.rmtree(workspace, ignore_errors=True)
+    workspace.mkdir(parents=True)
+    episode: Episode | None = None
+    verifier_output, tampered, turns = "", [], 0
+    outcome, reward, reason = Outcome.INFRA_ERROR, 0.0, "infra: rollout did not finish"
+    try:
+        write_workspace(spec, workspace)
+        image = practice.image_for(rollout.harness)
+        door = ModelDoor(practice.proxy_host, practice.proxy_port) if image else None
+        with practice.pool.start(workspace=workspace, image=image, door=door,
+                                 labels={"appliance.rollout": rollout.id}) as sb:
+            if spec.setup.strip():
+                setup = sb.exec(spec.setup, timeout=spec.limits.timeout_s)
+                if setup.exit_code != 0:
+                    raise _Infra(f"task set-up failed ({setup.exit_code}): {setup.stderr.strip()[-300:]}")
+            if image is None:
+                episode = _run_builtin(practice, spec, sb.shell(), token)
+                turns = episode.turns
+            else:
+                spec_h = harness_settings(settings, rollout.harness)
+                ext = run_external(sb, spec_h, instruction=spec.instruction, token=token,
+                                   max_turns=spec.limits.max_turns)
+                turns = len([c for c in store.model_calls(rollout.id) if c.status == "ok"])
+                if ext.timed_out:
+                    episode = Episode(EndReason.TIME_LIMIT, turns, [])
+                elif ext.exit_code != 0 and turns == 0:
+                    raise _Infra(f"harness exited {ext.exit_code} before any model call: {ext.stderr.strip()[-300:]}")
+                else:
+                    episode = Episode(EndReason.SUBMITTED, turns, [])
+        if episode.infra_error:
+            raise _Infra(f"{episode.end_reason}: {episode.error or ''}".strip())
+        verdict = verify_workspace(settings, spec, workspace, start=practice.pool.start)
+        verifier_output, tampered = verdict.output, list(verdict.tampered)
+        if verdict.error:
+            raise _Infra(f"verifier: {verdict.error}")
+        if verdict.passed:
+            outcome, reward, reason = Outcome.SUCCESS, float(verdict.score if verdict.score is not None else 1.0), None
+        elif episode.end_reason in TRUNCATING:
+            outcome, reason = Outcome.TRUNCATED, f"{TRUNCATING[episode.end_reason]}: after {turns} turns"
+        else:
+            mode = "format_error" if episode.commands == 0 and episode.parse_errors > 0 else "wrong_answer"
+            outcome, reason = Outcome.FAILURE, f"{mode}: verifier failed"
+        if not verdict.passed and verdict.score:
+            reward = float(verdict.score)
+        if tampered:
+            reason = f"{reason or 'success'}; tampered with {', '.join(tampered)}"
+    except _Infra as e:
+        reason = f"infra: {e}"
+    except ApplianceError as e:  # sandbox, engine or set-up failures are the machine's, not the policy's
+        reason = f"infra: {type(e).__name__}: {e.message}"
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
+    store.finish_rollout(rollout.id, outcome, reward, error=reason, turns=turns)
+    trajectory = None
+    if outcome != Outcome.INFRA_ERROR:
+        samples, trajectory = build_samples(store.model_calls(rollout.id), rollout_id=rollout.id,
+                                            group_id=rollout.group_id, reward=reward)
+        store.add_samples(samples)
+    return RolloutResult(store.get_rollout(rollout.id), episode.as_dict() if episode else None, verifier_output,
+                         trajectory, tampered)
+
+
+class _Infra(Exception):
+    """A failure the machine caused; recorded as infra_error with this message as the cause."""
+
+
+def _run_builtin(practice: Practice, spec: TaskSpec, shell: Any, token: str) -> Episode:
+    h = practice.settings.harness
+    client = ClientConfig.from_settings(h, f"{practice.proxy_url}/r/{token}/v1", token)
+    client.transport = practice.client_transport
+    limits = Limits.from_settings(h)
+    limits.max_turns = min(limits.max_turns, spec.limits.max_turns)
+    limits.command_timeout_s = min(limits.command_timeout_s, spec.limits.timeout_s)
+    return run_builtin(spec.instruction, shell, client, limits)
+
+
+def run_rollouts(practice: Practice, work: list[tuple[TaskSpec, Rollout]]) -> list[RolloutResult]:
+    """Run many pending rollouts concurrently (the sandbox pool caps how many are alive at once)."""
+    if not work:
+        return []
+    with ThreadPoolExecutor(max_workers=practice.pool.max_concurrent) as ex:
+        return list(ex.map(lambda w: run_rollout(practice, *w), work))
