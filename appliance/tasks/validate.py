@@ -355,7 +355,11 @@ def admit(settings: Settings, store: Any, specs: list[TaskSpec], *, run_id: str 
                 except ApplianceError:
                     continue
     todo: list[TaskSpec] = []
+    ids: set[str] = set()
     for spec in specs:
+        if spec.id in ids:
+            continue
+        ids.add(spec.id)
         try:
             status = store.get_task(spec.id).status
         except NotFoundError:

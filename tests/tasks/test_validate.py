@@ -1,0 +1,119 @@
+"""Agent-free validation and the pristine verifier run, in real sandboxes (isolated Podman storage)."""
+
+from __future__ import annotations
+
+import os
+import random
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from appliance.config import Settings
+from appliance.schemas import TaskStatus
+from appliance.store import Store
+from appliance.tasks import TaskSpec, dedupe, validate_agent_free, verify_workspace
+from appliance.tasks import validate as v
+from appliance.tasks.families import FAMILIES, LEVELS, generate, synthesize
+
+pytestmark = pytest.mark.slow  # real Podman
+
+
+def custom(**change: object) -> TaskSpec:
+    base = dict(id="custom-1", family="files", difficulty=1, instruction="Write hi into a.txt.",
+                verify='test "$(cat a.txt)" = hi\n', solution="echo hi > a.txt\n", source="user")
+    return TaskSpec(**(base | change))  # type: ignore[arg-type]
+
+
+def validate_all(settings: Settings, specs: list[TaskSpec], parallel: int = 4) -> list[v.Validation]:
+    with ThreadPoolExecutor(parallel) as ex:
+        return list(ex.map(lambda s: validate_agent_free(settings, s), specs))
+
+
+def test_one_task_of_every_family_and_level_is_valid(sandbox_settings: Settings) -> None:
+    specs = [generate(f, lvl, random.Random(f"sample:{f}:{lvl}")) for f in FAMILIES for lvl in LEVELS]
+    bad = [(s.id, r.reason) for s, r in zip(specs, validate_all(sandbox_settings, specs), strict=True) if not r.ok]
+    assert bad == []
+
+
+def test_a_sound_user_task_passes_every_stage(sandbox_settings: Settings) -> None:
+    result = validate_agent_free(sandbox_settings, custom())
+    assert result.ok, result.reason
+    assert [s.name for s in result.stages] == ["format", "untouched-1", "untouched-2", "reference-1", "verify-1",
+                                               "reference-2", "verify-2"]
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"solution": "echo wrong > a.txt\n"}, v.REFERENCE_FAILS),
+    ({"verify": "exit 0\n"}, v.UNTOUCHED_PASSES),
+    ({"verify": 'test "$(cat a.txt)" = hi || exit 1\necho "SCORE=0.$RANDOM$RANDOM"\n'}, v.NONDETERMINISTIC),
+    ({"setup": "python3 -c \"import urllib.request; urllib.request.urlopen('http://example.com', timeout=5)\"\n"},
+     v.NEEDS_NETWORK),
+    ({"solution": "sleep 30; echo hi > a.txt\n", "limits": v.TaskSpec.__dataclass_fields__["limits"].default_factory()},
+     v.OVER_LIMIT),
+    ({"verify": "import sys\nsys.exit(open('a.txt').read() != 'hi\\n')\n", "verify_lang": "python"}, v.VERIFIER_CRASHED),
+])
+def test_each_rejection_reason(sandbox_settings: Settings, change: dict, reason: str) -> None:
+    spec = custom(**change)
+    if reason == v.OVER_LIMIT:
+        spec.limits.timeout_s = 2
+    result = validate_agent_free(sandbox_settings, spec)
+    assert not result.ok and reason in (result.reason or ""), result.reason
+
+
+def test_verifier_judges_with_restored_protected_files(sandbox_settings: Settings, tmp_path: Path) -> None:
+    spec = synthesize("pyfix", 3, 1)[0]
+    test_file, module = spec.protected[0], next(p for p in spec.files if p not in spec.protected)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    v.write_workspace(spec, ws)
+    (ws / test_file).write_text("print('all tests passed')\n")  # the agent "fixes" the tests instead
+    verdict = verify_workspace(sandbox_settings, spec, ws)
+    assert not verdict.passed and verdict.tampered == [test_file] and verdict.error is None
+    assert (ws / test_file).read_text() == "print('all tests passed')\n"  # the agent's copy is left alone
+
+    good = tmp_path / "good"
+    good.mkdir()
+    v.write_workspace(spec, good)
+    fixed = spec.solution.split("<<'EOF'\n", 1)[1].rsplit("EOF", 1)[0]
+    (good / module).write_text(fixed)
+    verdict = verify_workspace(sandbox_settings, spec, good)
+    assert verdict.passed and verdict.score == 1.0 and verdict.tampered == []
+
+
+def test_a_planted_symlink_cannot_redirect_the_restore(sandbox_settings: Settings, tmp_path: Path) -> None:
+    spec = custom(files={"tests/check.txt": "x\n"}, protected=["tests/check.txt"])
+    outside, ws = tmp_path / "outside", tmp_path / "ws"
+    outside.mkdir()
+    ws.mkdir()
+    os.symlink(outside, ws / "tests")
+    verdict = verify_workspace(sandbox_settings, spec, ws)
+    assert verdict.tampered == ["tests/check.txt"] and list(outside.iterdir()) == []
+
+
+def test_admit_stores_verdicts_and_drops_duplicates(sandbox_settings: Settings, store: Store) -> None:
+    good = synthesize("text", 2, 2)
+    broken = custom(id="broken-1", solution="true\n")
+    results = v.admit(sandbox_settings, store, [*good, broken, good[0]], run_id="r1")
+    assert len(results) == 3
+    assert {t.id: t.status for t in store.tasks("r1")} == {good[0].id: TaskStatus.VALID, good[1].id: TaskStatus.VALID,
+                                                           "broken-1": TaskStatus.REJECTED}
+    assert v.REFERENCE_FAILS in store.get_task("broken-1").reject_reason
+    assert v.admit(sandbox_settings, store, good, run_id="r1") == []  # decided tasks are not validated again
+
+
+def test_near_duplicates_differ_only_in_numbers() -> None:
+    a = custom(instruction="Write 12 lines into a.txt.")
+    b = custom(id="custom-2", instruction="Write 13 lines  into A.txt.")
+    kept, dropped = dedupe([a, b, custom(id="c3", instruction="Something else.")])
+    assert [s.id for s in kept] == ["custom-1", "c3"] and [s.id for s in dropped] == ["custom-2"]
+
+
+@pytest.mark.skipif(os.environ.get("APPLIANCE_TASK_SWEEP", "1") == "0", reason="APPLIANCE_TASK_SWEEP=0")
+@pytest.mark.timeout(3600)
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_fifty_tasks_per_level_pass_validation(sandbox_settings: Settings, name: str) -> None:
+    n = int(os.environ.get("APPLIANCE_TASK_SWEEP_N", "50"))
+    specs = [s for lvl in LEVELS for s in synthesize(name, lvl, n, seed="sweep")]
+    bad = [(s.id, r.reason) for s, r in zip(specs, validate_all(sandbox_settings, specs), strict=True) if not r.ok]
+    assert bad == []
