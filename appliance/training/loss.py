@@ -109,15 +109,17 @@ def policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, ref_logps: torch.T
         # GSPO: one length-normalised ratio per sequence (TRL's importance_sampling_level="sequence").
         log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
     coef_1 = torch.exp(log_ratio)
+    kl = None
+    if cfg.beta != 0.0 and ref_logps is not None:
+        # k3 estimator of KL(pi_theta || pi_ref), weighted by the policy ratio (TRL's default
+        # use_bias_correction_kl: the tokens were sampled from pi_old, not pi_theta).
+        kl = (torch.exp(ref_logps - logps) - (ref_logps - logps) - 1) * coef_1
     eps_high = cfg.epsilon_high if cfg.epsilon_high is not None else cfg.epsilon
     coef_2 = torch.clamp(coef_1, 1 - cfg.epsilon, 1 + eps_high)
     per_token = -torch.min(coef_1 * adv, coef_2 * adv)
     if is_ratio is not None:
         per_token = per_token * is_ratio
-    kl = None
-    if cfg.beta != 0.0 and ref_logps is not None:
-        # k3 estimator of KL(pi_theta || pi_ref), as TRL.
-        kl = torch.exp(ref_logps - logps) - (ref_logps - logps) - 1
+    if kl is not None:
         per_token = per_token + cfg.beta * kl
     per_token = per_token.expand_as(mask) * mask
     if cfg.loss_type in ("grpo", "gspo"):
