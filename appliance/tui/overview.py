@@ -17,7 +17,7 @@ from appliance.tui.base import Context, PollingScreen, run_title
 PHASES = [p for p in Phase if p != Phase.DONE]
 SPARKS = "▁▂▃▄▅▆▇█"
 CURVE_POINTS = 30
-EVENT_KINDS = ("phase", "engine", "error", "info", "control")
+EVENT_KINDS = ("phase", "engine", "train", "error", "info", "control")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +55,7 @@ class OverviewScreen(PollingScreen):
         timeline = phase_timeline(it, store.phase_events(run.id, it.index), ctx.now) if it else ""
         counts = store.rollout_counts(run.id, it.index) if it else {}
         return OverviewData(run_title(run, "overview"), run_line, timeline, system, rollout_line(counts),
-                            curves(store, run.id, counts), events_text(store.latest_events(run.id, limit=8,
+                            curves(store, run.id, counts), events_text(store.latest_events(run.id, limit=7,
                                                                                            kinds=EVENT_KINDS)))
 
     def show(self, data: OverviewData) -> None:
@@ -114,6 +114,7 @@ def curves(store: Store, run_id: str, counts: dict[str, int]) -> str:
     return "\n".join([
         curve_line("held-out pass@1", heldout, "{:.2f}"),
         curve_line("reward mean", reward, "{:.2f}"),
+        curve_line("loss", [v for _, v in store.metric_tail(run_id, "loss", CURVE_POINTS)], "{:.3f}"),
         curve_line("infra-error rate", infra, "{:.1%}"),
     ])
 

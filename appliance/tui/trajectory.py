@@ -138,11 +138,12 @@ class TrajectoryScreen(Screen):
         calls = store.model_calls(self.rollout_id)
         samples = store.samples(self.rollout_id)
         trained = sum(sum(s.mask) for s in samples)
-        gap = store.metric_tail(rollout.run_id, "logprob_gap", 1) if rollout.run_id else []
+        # the trainer logs the mean |engine - trainer| logprob over trained tokens of each step it takes
+        gap = store.metric_tail(rollout.run_id, "logprob_gap_mean", 1) if rollout.run_id else []
         summary = (f"{rollout.outcome or rollout.status} · reward {_num(rollout.reward)} · {rollout.turns} turns · "
                    f"{len(calls)} calls · {len(samples)} samples ({trained} trained tokens)")
         if gap:
-            summary += f" · engine/trainer logprob gap {gap[-1][1]:.3f}"
+            summary += f" · engine/trainer logprob gap {gap[-1][1]:.3f} (last step)"
         if rollout.error:
             summary += f"\n[red]{escape(rollout.error)}[/]"
         decode = app.decoder() if calls else None

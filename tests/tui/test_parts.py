@@ -39,3 +39,17 @@ def test_phase_timeline_durations_current_and_future() -> None:
               Event("phase", "practise", "r", {"iteration": 0}, created_at=205.0)]
     line = phase_timeline(it, events, now=215.0)
     assert line.startswith("synthesize 40s › validate 1m05s › [reverse] practise 10s [/] › [dim]train[/]")
+
+
+def test_the_bundled_tokenizer_decodes_token_by_token(tmp_path) -> None:
+    from appliance.config import load_settings
+    from appliance.tui.trajectory import tokenizer_decoder
+
+    model = load_settings().model_path  # converted by scripts/setup (`appliance init`)
+    decode = tokenizer_decoder(model)
+    assert decode is not None, f"no tokenizer in {model}: run scripts/setup"
+    from transformers import AutoTokenizer
+
+    ids = AutoTokenizer.from_pretrained(str(model))("echo hello > out.txt")["input_ids"]
+    assert "".join(decode(ids)) == "echo hello > out.txt"
+    assert tokenizer_decoder(tmp_path) is None  # a folder without a tokenizer: ids are shown

@@ -51,7 +51,8 @@ def test_tui_follows_a_live_appliance(tmp_path: Path, settings, tmux) -> None:
         store = Store(settings.db_path)
         wait_for(lambda: "yes" if store.latest_run() else "", "yes")
         tmux("new-session", "-d", "-s", "tui", "-x", "80", "-y", "24",
-             f"APPLIANCE_HOME={settings.home} {VENV_BIN}/appliance tui --refresh 0.2")
+             # a 256-colour terminal, as most SSH sessions announce themselves
+             f"TERM=xterm-256color COLORTERM= APPLIANCE_HOME={settings.home} {VENV_BIN}/appliance tui --refresh 0.2")
 
         def pane() -> str:
             return tmux("capture-pane", "-p", "-t", "tui")
