@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -65,6 +66,13 @@ def environment(settings: Settings) -> dict[str, str]:
 
 
 def launch(settings: Settings, weights: Path, tokenizer: Path) -> tuple[subprocess.Popen, Path]:
+    # another server on the port would answer our health checks and we would never notice ours died
+    deadline = time.monotonic() + 5  # a server we just stopped may take a moment to let go
+    while _port_taken(settings.engine.host, settings.engine.port):
+        if time.monotonic() > deadline:
+            raise EngineError(f"port {settings.engine.port} on {settings.engine.host} is already in use",
+                              "stop the other engine (an `appliance serve`?) or set engine.port to a free port")
+        time.sleep(0.5)
     logs = settings.home / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / "engine.log"
@@ -116,6 +124,12 @@ def kill(proc: subprocess.Popen, grace_s: float = 15.0) -> None:
             time.sleep(0.1)
         if not _group_alive(proc.pid):
             break
+
+
+def _port_taken(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
 
 
 def _group_alive(pgid: int) -> bool:

@@ -115,3 +115,16 @@ def test_canary_mismatch_restores_the_previous_weights(engine: Engine, tmp_path:
     assert engine.state == EngineState.SERVING
     assert engine.policy_version == version
     assert canary(engine) == before
+
+
+def test_a_taken_port_is_a_clear_error(settings, tmp_path: Path) -> None:
+    import socket
+
+    from appliance.serving.process import launch
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        settings.engine.port = s.getsockname()[1]
+        with pytest.raises(EngineError, match="already in use"):
+            launch(settings, tmp_path, tmp_path)
