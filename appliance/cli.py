@@ -423,3 +423,47 @@ def tasks_validate(ctx: click.Context, path: Path, as_json: bool) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+@main.command()
+@click.option("--steps", type=click.IntRange(1), default=1, show_default=True,
+              help="GRPO optimizer steps; the kept groups are dealt over them.")
+@click.option("--run", "run_id", default=None, help="Run whose practice rollouts to train on (default: the newest).")
+@click.option("--json", "as_json", is_flag=True, help="Print per-step metrics, phase timings and the checkpoint as JSON.")
+@click.pass_context
+@friendly_errors
+def train(ctx: click.Context, steps: int, run_id: str | None, as_json: bool) -> None:
+    """Train on the serving policy's practised rollouts (training.method), then sync and check the engine.
+
+    Starts the engine (it must not be running in another process), pauses it, trains, loads the new
+    weights, passes the canary, stops it. The loop does the same inside a run without the restart.
+    """
+    from appliance.errors import ApplianceError
+    from appliance.serving import Engine
+    from appliance.store import Store
+    from appliance.training.data import train_on_practice
+
+    settings = settings_of(ctx)
+    store = Store(settings.db_path)
+    run = store.get_run(run_id) if run_id else store.latest_run()
+    if run is None:
+        raise ApplianceError("this store has no run to train on", "start a run first (`appliance run`)")
+    engine = Engine(settings, store)
+    engine.start()
+    try:
+        result = train_on_practice(store, settings, engine, run_id=run.id, steps=steps)
+    finally:
+        engine.stop()
+    data = {"run": run.id, "policy_version": result.policy_version,
+            "checkpoint": result.checkpoint.path if result.checkpoint else None,
+            "steps": result.steps, "timings": result.timings}
+
+    def human(d: dict[str, Any]) -> None:
+        for i, m in enumerate(d["steps"], 1):
+            keys = ("loss", "reward_mean", "valid_groups", "dropped_groups", "infra_error_rate",
+                    "logprob_gap_mean", "is_ratio_mean", "tokens_per_s", "step_time_s", "sft_loss")
+            click.echo(f"step {i}: " + "  ".join(f"{k}={m[k]:.4g}" for k in keys if k in m))
+        click.echo("phase: " + "  ".join(f"{k}={v:.2f}" for k, v in d["timings"].items()))
+        click.echo(f"policy version {d['policy_version']}" + (f" <- {d['checkpoint']}" if d["checkpoint"] else ""))
+
+    emit(data, as_json, human)
