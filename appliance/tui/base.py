@@ -12,6 +12,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rich.markup import escape
 from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Footer, Static
@@ -72,9 +73,16 @@ class PollingScreen(Screen):
     async def _refresh(self) -> None:
         try:
             data = await asyncio.to_thread(self._load)
-        except (sqlite3.Error, ApplianceError, OSError) as e:
+        except ApplianceError as e:  # a run named with --run that does not exist, a store that cannot open
+            self.query_one("#problem", Static).update(escape(f"{e.message}; {e.hint}" if e.hint else e.message))
+            return
+        except (sqlite3.Error, OSError) as e:
             # sqlite "database is locked", a store mid-migration or a vanished file: say so, try again
-            self.query_one("#problem", Static).update(f"store unavailable ({_first_line(e)}); retrying")
+            self.query_one("#problem", Static).update(escape(f"store unavailable ({_first_line(e)}); retrying"))
+            return
+        except Exception as e:  # noqa: BLE001 - e.g. a value a newer loop wrote: a watcher over SSH stays up
+            self.query_one("#problem", Static).update(escape(f"cannot show this screen: {type(e).__name__}: "
+                                                             f"{_first_line(e)}"))
             return
         finally:
             self._loading = False

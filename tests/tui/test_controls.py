@@ -76,5 +76,13 @@ async def test_an_unreadable_store_is_shown_not_raised(tmp_path: Path, make_app,
     async with app.run_test(size=(80, 24)) as pilot:
         for key in ("1", "2", "3", "4", "5"):
             await settle(pilot, key)
-            assert "store unavailable" in str(app.screen.query_one("#problem", Static).render())
+            assert "cannot open the store" in str(app.screen.query_one("#problem", Static).render())
         assert app.is_running
+
+
+async def test_a_missing_run_is_named_with_a_hint(recorded_store, make_app, settle) -> None:
+    app = make_app(recorded_store, run_id="nope")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, "3")
+        problem = str(app.screen.query_one("#problem", Static).render())
+    assert "no run 'nope'" in problem and "appliance status" in problem
