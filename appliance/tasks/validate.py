@@ -23,6 +23,7 @@ import re
 import shlex
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -155,11 +156,7 @@ def _chown(root: Path) -> None:
 
 def _reset(dest: Path, src: Path) -> None:
     """Make dest (a live bind mount: keep the directory itself) an exact copy of src."""
-    for child in dest.iterdir():
-        if child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child)
-        else:
-            child.unlink()
+    _clear(dest)
     shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
     _chown(dest)
 
@@ -169,6 +166,14 @@ def _command(script: str, lang: str = "bash") -> str:
     interp = "python3" if lang == "python" else "bash"
     # A subshell per stage: no cwd, variable or function leaks from one stage into the next.
     return f"(cd /workspace && {interp} -c {shlex.quote(script)})"
+
+
+# Before every stage: no files in /tmp or $HOME and no process left from the stage before (except init,
+# the container's main `sleep`, and the persistent shell running this).
+_CLEAN = ("rm -rf /tmp/* /tmp/.[!.]* /tmp/..?* $HOME/* $HOME/.[!.]* $HOME/..?* 2>/dev/null; "
+          "for d in /proc/[0-9]*; do p=${d#/proc/}; case $p in 1|$$|$BASHPID) continue;; esac; "
+          "[ \"$(tr '\\0' ' ' < $d/cmdline 2>/dev/null)\" = 'sleep infinity ' ] && continue; kill -9 $p 2>/dev/null; "
+          "done; true")
 
 
 def _run(sb: Any, script: str, lang: str, timeout: float) -> Any:
@@ -219,32 +224,84 @@ def verify_workspace(settings: Settings, spec: TaskSpec, workspace_dir: Path | s
 # --- agent-free validation -------------------------------------------------------------------------
 def validate_agent_free(settings: Settings, spec: TaskSpec, *, start: SandboxStarter | None = None) -> Validation:
     """Run the stages in one sandbox (workspace reset from the host between them); see the module doc."""
-    stages: list[Stage] = []
-    try:
-        spec.check()
-    except TaskFormatError as e:
-        return Validation(False, [Stage("format", False, e.message)], f"{BAD_FORMAT}: {e.message}")
-    stages.append(Stage("format", True))
+    return validate_many(settings, [spec], parallel=1, start=start)[0]
+
+
+def validate_many(settings: Settings, specs: list[TaskSpec], *, parallel: int = 4,
+                  start: SandboxStarter | None = None, reuse: int = 25) -> list[Validation]:
+    """Validate many tasks with `parallel` sandboxes alive, each reused for up to `reuse` tasks.
+
+    Between tasks (as between stages) the workspace is reset from the host, /tmp and $HOME are wiped and
+    every process the previous stage left behind is killed, so a reused sandbox is as clean as a new one
+    while costing a few shell commands instead of a container start and removal."""
+    starter = _starter(settings, start)
+    results: list[Validation | None] = [None] * len(specs)
+    todo = iter(range(len(specs)))
+    lock = threading.Lock()
     scratch = settings.home / "validate"
     scratch.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=scratch) as tmp:
-        live, pristine = Path(tmp) / "live", Path(tmp) / "pristine"
-        live.mkdir()
-        write_workspace(spec, live)
-        try:
-            with _starter(settings, start)(workspace=live) as sb:
-                reason = _stages(sb, spec, live, pristine, stages)
-        except ApplianceError as e:
-            stages.append(Stage("sandbox", False, e.message))
-            return Validation(False, stages, f"infra: {type(e).__name__}: {e.message}")
-    return Validation(reason is None, stages, reason)
+
+    def worker() -> None:
+        sb, used = None, 0
+        with tempfile.TemporaryDirectory(dir=scratch) as tmp:
+            live = Path(tmp) / "live"
+            live.mkdir()
+            try:
+                while True:
+                    with lock:
+                        i = next(todo, None)
+                    if i is None:
+                        return
+                    spec = specs[i]
+                    try:
+                        spec.check()
+                    except TaskFormatError as e:
+                        results[i] = Validation(False, [Stage("format", False, e.message)], f"{BAD_FORMAT}: {e.message}")
+                        continue
+                    stages = [Stage("format", True)]
+                    try:
+                        _clear(live)
+                        write_workspace(spec, live)
+                        _chown(live)
+                        if sb is None or used >= reuse:
+                            if sb is not None:
+                                sb.__exit__(None, None, None)
+                            sb, used = None, 0
+                            sb = starter(workspace=live).__enter__()
+                        used += 1
+                        reason = _stages(sb, spec, live, Path(tmp) / "pristine", stages)
+                        results[i] = Validation(reason is None, stages, reason)
+                    except ApplianceError as e:
+                        stages.append(Stage("sandbox", False, e.message))
+                        results[i] = Validation(False, stages, f"infra: {type(e).__name__}: {e.message}")
+                        if sb is not None:
+                            sb.__exit__(None, None, None)
+                        sb = None
+            finally:
+                if sb is not None:
+                    sb.__exit__(None, None, None)
+
+    workers = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, min(parallel, len(specs))))]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    return [r if r is not None else Validation(False, [], "infra: validation did not run") for r in results]
+
+
+def _clear(root: Path) -> None:
+    for child in root.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
 
 
 def _stages(sb: Any, spec: TaskSpec, live: Path, pristine: Path, stages: list[Stage]) -> str | None:
     limit = spec.limits.timeout_s
 
     def stage(name: str, script: str, lang: str = "bash", timeout: float = limit) -> Any:
-        sb.shell().run("rm -rf /tmp/* /tmp/.[!.]* $HOME/* $HOME/.[!.]* 2>/dev/null; true", timeout=30)
+        sb.shell().run(_CLEAN, timeout=30)
         r = _run(sb, script, lang, timeout)
         stages.append(Stage(name, r.exit_code == 0 and not r.timed_out, _tail(r), r.duration_s))
         return r
@@ -257,6 +314,7 @@ def _stages(sb: Any, spec: TaskSpec, live: Path, pristine: Path, stages: list[St
             return f"{NEEDS_NETWORK}: {what} failed: {_tail(r, 200)}"
         return f"{SETUP_FAILED if what == 'setup' else REFERENCE_FAILS}: {what} exited {r.exit_code}: {_tail(r, 200)}"
 
+    shutil.rmtree(pristine, ignore_errors=True)
     if spec.setup.strip():
         r = stage("setup", spec.setup)
         if r.exit_code != 0 or r.timed_out:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import random
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -26,8 +25,7 @@ def custom(**change: object) -> TaskSpec:
 
 
 def validate_all(settings: Settings, specs: list[TaskSpec], parallel: int = 4) -> list[v.Validation]:
-    with ThreadPoolExecutor(parallel) as ex:
-        return list(ex.map(lambda s: validate_agent_free(settings, s), specs))
+    return v.validate_many(settings, specs, parallel=parallel)
 
 
 def test_one_task_of_every_family_and_level_is_valid(sandbox_settings: Settings) -> None:
@@ -59,6 +57,16 @@ def test_each_rejection_reason(sandbox_settings: Settings, change: dict, reason:
         spec.limits.timeout_s = 2
     result = validate_agent_free(sandbox_settings, spec)
     assert not result.ok and reason in (result.reason or ""), result.reason
+
+
+def test_leftovers_of_one_stage_do_not_reach_the_next(sandbox_settings: Settings) -> None:
+    # A background writer, /tmp and $HOME files: none of them exists for the verifier (as in a rollout,
+    # where the verifier runs in a new sandbox), also when one sandbox validates several tasks.
+    late = custom(id="late", solution="(sleep 1; echo hi > a.txt) &\n")
+    stash = custom(id="stash", solution="echo hi > /tmp/a.txt; echo hi > ~/a.txt\n",
+                   verify='test "$(cat /tmp/a.txt)" = hi || test "$(cat ~/a.txt)" = hi\n')
+    results = v.validate_many(sandbox_settings, [late, stash, custom()], parallel=1)
+    assert [r.reason and r.reason.split(":")[0] for r in results] == [v.REFERENCE_FAILS, v.REFERENCE_FAILS, None]
 
 
 def test_verifier_judges_with_restored_protected_files(sandbox_settings: Settings, tmp_path: Path) -> None:
