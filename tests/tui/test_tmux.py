@@ -20,13 +20,13 @@ VENV_BIN = Path(sys.executable).parent
 
 @pytest.fixture
 def tmux(tmp_path: Path) -> Iterator[Callable[..., str]]:
-    socket = f"appliance-test-{os.getpid()}-{tmp_path.name}"
+    socket = str(tmp_path / "tmux.sock")  # a private server whose socket goes away with tmp_path
 
     def run(*args: str) -> str:
-        return subprocess.run(["tmux", "-L", socket, *args], capture_output=True, text=True, check=True).stdout
+        return subprocess.run(["tmux", "-S", socket, *args], capture_output=True, text=True, check=True).stdout
 
     yield run
-    subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True)
+    subprocess.run(["tmux", "-S", socket, "kill-server"], capture_output=True)
 
 
 def wait_for(what: Callable[[], str], pattern: str, *, timeout_s: float = 60.0) -> str:
