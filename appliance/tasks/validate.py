@@ -4,12 +4,13 @@
 back from the task (a changed or missing one is recorded as tampering), the verifier run in a new
 sandbox that the agent never saw, no network.
 
-`validate_agent_free` decides whether a task may enter the pool, in one sandbox per task whose
-workspace is reset from the host between stages (and /tmp and $HOME wiped), which costs a few shell
-commands instead of six sandbox starts: setup runs; the untouched workspace must fail the verifier
-(twice the same way); the reference solution must pass it within the task's time limit, twice with the
+`validate_agent_free` decides whether a task may enter the pool, in one sandbox whose workspace is
+reset from the host between stages (with /tmp and $HOME wiped and leftover processes killed), which
+costs a few shell commands instead of five sandbox starts: setup runs; the untouched workspace must
+fail the verifier; the reference solution must pass it within the task's time limit, twice with the
 same score; nothing may need the network. The first failing stage names the reason (`REASONS`).
 Reasons starting with "infra:" are the machine's fault, not the task's: retry rather than reject.
+`validate_many` does the same for many tasks, reusing each sandbox for several of them.
 
 `dedupe` drops near-duplicates by a normalised fingerprint of instruction + files (digits and case
 folded, whitespace collapsed), so two tasks that differ only in a number count as one.
@@ -321,20 +322,15 @@ def _stages(sb: Any, spec: TaskSpec, live: Path, pristine: Path, stages: list[St
             return failed_run(r, spec.setup, "setup")
     shutil.copytree(live, pristine, symlinks=True)
 
-    verdicts = []
-    for i in (1, 2):
-        _reset(live, pristine)
-        r = stage(f"untouched-{i}", spec.verify, spec.verify_lang, VERIFY_TIMEOUT_S)
-        stages[-1].ok = r.exit_code != 0  # this stage succeeds when the verifier says "fail"
-        if "Traceback (most recent call last)" in r.stderr:
-            return f"{VERIFIER_CRASHED} on the untouched workspace: {_tail(r, 300)}"
-        if r.timed_out:
-            return f"verifier {OVER_LIMIT} ({VERIFY_TIMEOUT_S:g} s) on the untouched workspace"
-        if r.exit_code == 0:
-            return UNTOUCHED_PASSES
-        verdicts.append(score_of(r.exit_code, r.stdout))
-    if verdicts[0] != verdicts[1]:
-        return f"{NONDETERMINISTIC}: untouched workspace scored {verdicts[0]} then {verdicts[1]}"
+    _reset(live, pristine)
+    r = stage("untouched", spec.verify, spec.verify_lang, VERIFY_TIMEOUT_S)
+    stages[-1].ok = r.exit_code != 0  # this stage succeeds when the verifier says "fail"
+    if "Traceback (most recent call last)" in r.stderr:
+        return f"{VERIFIER_CRASHED} on the untouched workspace: {_tail(r, 300)}"
+    if r.timed_out:
+        return f"verifier {OVER_LIMIT} ({VERIFY_TIMEOUT_S:g} s) on the untouched workspace"
+    if r.exit_code == 0:
+        return UNTOUCHED_PASSES
 
     scores = []
     for i in (1, 2):
