@@ -236,6 +236,8 @@ class Engine:
             self._set(EngineState.WAKING)
             if self._sleep_mode:
                 self._post("/wake_up")
+                if self._weights_discarded:
+                    self._reload_full(self._weights.full)
             self._set(EngineState.CANARY)
             got = self._canary()
             if got != self._canary_expected:
@@ -266,6 +268,8 @@ class Engine:
             try:
                 if self._sleep_mode:
                     self._post("/wake_up", params={"tags": "weights"})
+                    if self._weights_discarded and kind == "lora":
+                        self._reload_full(previous.full)  # the adapter needs its base back in place
                 if expected_ids is None:
                     # before the engine touches the files: an unreadable checkpoint must not reach it
                     expected_ids = self.reference_ids(new)
@@ -343,6 +347,11 @@ class Engine:
     @property
     def _sleep_mode(self) -> bool:
         return self.settings.profile == "gpu" and self.settings.engine.enable_sleep_mode
+
+    @property
+    def _weights_discarded(self) -> bool:
+        # level 1 offloads the weights to host memory and brings them back; level 2 drops them
+        return self.settings.engine.sleep_level == 2
 
     def _post(self, path: str, *, json_body: dict | None = None, params: dict | None = None) -> httpx.Response:
         r = self._http.post(path, json=json_body, params=params)
