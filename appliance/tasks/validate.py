@@ -444,3 +444,13 @@ def admit(settings: Settings, store: Any, specs: list[TaskSpec], *, run_id: str 
 
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as ex:
         return list(ex.map(one, todo))
+
+
+def record_band(store: Any, task_id: str, passed: int, attempts: int,
+                band: tuple[float, float] = (0.0, 1.0)) -> TaskStatus:
+    """Store the agent-based verdict of a valid task: its band status and pass rate over K rollouts."""
+    status = band_status(passed, attempts, band)
+    store.add_validation(task_id, "agent", status == TaskStatus.LEARNABLE, None if status == TaskStatus.LEARNABLE
+                         else str(status), {"passed": passed, "attempts": attempts, "band": list(band)})
+    store.set_task_status(task_id, status, pass_rate=passed / attempts if attempts else 0.0)
+    return status

@@ -42,3 +42,18 @@ def test_budget_goes_to_weak_families() -> None:
     assert budget["git"] >= budget["text"]  # no data counts as weak
     assert sum(split_budget(None, 7, ["files", "text", "data"]).values()) == 7
     assert plan(REPORT, {"files": 1, "text": 2}, 10) == [("files", 2, 1), ("text", 1, 9)]
+
+
+def test_agent_based_band(store) -> None:  # noqa: ANN001
+    from appliance.schemas import Split, Task, TaskStatus
+    from appliance.tasks.validate import band_status, record_band
+
+    assert [band_status(p, 4) for p in (0, 1, 3, 4)] == [TaskStatus.TOO_HARD, TaskStatus.LEARNABLE,
+                                                          TaskStatus.LEARNABLE, TaskStatus.TOO_EASY]
+    assert band_status(1, 4, (0.3, 0.9)) == TaskStatus.TOO_HARD
+    store.add_task(Task("t1", "r", "files", 1, "procedural", Split.TRAIN, TaskStatus.PROPOSED, {}))
+    store.set_task_status("t1", TaskStatus.VALID)
+    assert record_band(store, "t1", 2, 4) == TaskStatus.LEARNABLE
+    assert record_band(store, "t1", 4, 4) == TaskStatus.TOO_EASY
+    t = store.get_task("t1")
+    assert (t.status, t.pass_rate) == (TaskStatus.TOO_EASY, 1.0)
