@@ -119,6 +119,28 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
 
 
 @main.command()
+@click.option("--iterations", type=click.IntRange(1), default=None,
+              help="Training iterations of the run (default loop.iterations); a restarted run continues its count.")
+@click.option("--headless", is_flag=True, help="No TUI: log lines and a progress line (the default without a terminal).")
+@click.pass_context
+@friendly_errors
+def run(ctx: click.Context, iterations: int | None, headless: bool) -> None:
+    """Run the loop: synthesize, validate, practise, learn, evaluate, diagnose; resumes an unfinished run."""
+    from appliance.loop import learning_curve, run_appliance
+    from appliance.store import Store
+
+    settings = settings_of(ctx)
+    headless = headless or not sys.stdout.isatty()
+    run_id = run_appliance(settings, iterations=iterations, headless=headless,
+                           log=lambda m: click.echo(m, err=True), progress=lambda m: click.echo(m, err=True))
+    store = Store(settings.db_path)
+    click.echo(f"run {run_id}: {store.get_run(run_id).status}")
+    click.echo("held-out learning curve (iteration: pass@1):")
+    for it, p, n in learning_curve(store, run_id):
+        click.echo(f"  {it}: {p:.1%} of {n}" + ("  (base model)" if it == 0 else ""))
+
+
+@main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @click.pass_context
 @friendly_errors

@@ -151,6 +151,25 @@ class HarnessSettings(Section):
     )
 
 
+class LoopSettings(Section):
+    iterations: int = Field(3, ge=1, description="Training iterations of a run (`appliance run --iterations`).")
+    harness: str = Field("builtin", description="Harness that practises: builtin or a name under [harnesses].")
+    families: list[str] = Field(default_factory=list, description="Task families to practise; empty = all.")
+    tasks_per_iteration: int = Field(8, ge=1, description="New training tasks synthesized per iteration.")
+    group_size: int = Field(4, ge=2, description="Rollouts per task (one GRPO group; also the agent-based validation).")
+    band: tuple[float, float] = Field(
+        (0.0, 1.0), description="Learnable band: tasks whose group pass rate lies strictly inside are trained on."
+    )
+    train_steps: int = Field(2, ge=1, description="GRPO optimizer steps per iteration (groups are dealt over them).")
+    heldout_levels: list[int] = Field([1, 2], description="Difficulty levels of the held-out evaluation set.")
+    heldout_per_cell: int = Field(2, ge=1, description="Held-out tasks per family x level (fixed at run start).")
+    training_window: str | None = Field(
+        None, description="Practise and train only inside this local time window, e.g. '22:00-06:00'; None = always."
+    )
+    tick_s: float = Field(2.0, gt=0, description="How often the scheduler calls the loop's reconciler.")
+    analysis: bool = Field(True, description="Let the policy write the short analysis in each capability report.")
+
+
 class ExternalHarnessSettings(Section):
     recipe: str = Field(description="Recipe folder (Containerfile, requirements.txt, package.txt): a name under "
                         "appliance/harness/images or an absolute path.")
@@ -175,7 +194,12 @@ def default_harnesses() -> dict[str, ExternalHarnessSettings]:
 
 
 PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "cpu": {"engine": {"dtype": "float32", "enforce_eager": True, "enable_sleep_mode": False}},
+    "cpu": {
+        "engine": {"dtype": "float32", "enforce_eager": True, "enable_sleep_mode": False},
+        # a 135M model on 2 cores: short episodes, and a learning rate that moves a LoRA adapter in a few steps
+        "harness": {"max_turns": 4, "max_tokens_per_call": 160},
+        "training": {"method": "both", "learning_rate": 1e-4, "sft_learning_rate": 1e-4},
+    },
     "gpu": {
         "engine": {"dtype": "bfloat16", "enforce_eager": False, "enable_sleep_mode": True},
         "sandbox": {"max_concurrent": 32},
@@ -197,6 +221,7 @@ class Settings(BaseSettings):
     proxy: ProxySettings = Field(default_factory=ProxySettings)
     training: TrainingSettings = Field(default_factory=TrainingSettings)
     harness: HarnessSettings = Field(default_factory=HarnessSettings)
+    loop: LoopSettings = Field(default_factory=LoopSettings)
     harnesses: dict[str, ExternalHarnessSettings] = Field(
         default_factory=default_harnesses, description="Third-party harnesses run unmodified inside the sandbox."
     )

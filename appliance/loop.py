@@ -1,0 +1,414 @@
+"""The loop: one iteration as resumable phases, run by a reconciler the scheduler calls.
+
+    iteration 0     EVALUATE -> DIAGNOSE                         the base model's held-out pass@1
+    iteration i>0   SYNTHESIZE -> VALIDATE -> PRACTISE -> TRAIN -> EVALUATE -> DIAGNOSE -> DONE
+
+`Loop.tick()` reads the store, runs the next due phase of the current iteration and returns: a crash at
+any moment is an early return, and the next tick (in this process or after a restart) redoes only what
+the store does not show as done. Each phase is idempotent: task ids are content hashes, rollout ids are
+derived from (run, iteration, task, index), a rollout left `running` by a crash is requeued (its calls
+forgotten), training is skipped when the iteration's checkpoint exists, evals and reports are upserts.
+The engine restores the weights the store says it served, so a restart serves the right policy.
+
+Controls (pause, resume, step, stop after iteration) are answered at the top of each tick, the loop's
+only safe point; `appliance.control` documents the contract.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import httpx
+
+from appliance.config import Settings
+from appliance.diagnosis import build_report, render_markdown
+from appliance.errors import ApplianceError
+from appliance.practice import Practice, new_rollout, run_rollouts
+from appliance.schemas import (
+    ControlCommand,
+    ControlStatus,
+    Event,
+    IterationStatus,
+    Outcome,
+    Phase,
+    RolloutStatus,
+    Run,
+    RunStatus,
+    Split,
+    Task,
+    TaskStatus,
+)
+from appliance.store import Store
+from appliance.tasks import TaskSpec, validate_agent_free
+from appliance.tasks.difficulty import next_levels, split_budget
+from appliance.tasks.families import FAMILIES, synthesize
+from appliance.tasks.heldout import heldout_tasks
+from appliance.tasks.validate import band_status
+from appliance.training.learn import EngineControl, learn
+
+BASELINE_PHASES = [Phase.EVALUATE, Phase.DIAGNOSE]
+PHASES = [Phase.SYNTHESIZE, Phase.VALIDATE, Phase.PRACTISE, Phase.TRAIN, Phase.EVALUATE, Phase.DIAGNOSE]
+
+
+class Engine(EngineControl):
+    """What the loop needs from the engine beyond training: its URL and the name requests use."""
+
+    base_url: str
+
+    def model_name(self) -> str: ...
+
+
+@dataclass
+class Loop:
+    settings: Settings
+    store: Store
+    engine: Engine
+    practice: Practice
+    log: Callable[[str], None] = print
+
+    def __post_init__(self) -> None:
+        self.families = self.settings.loop.families or list(FAMILIES)
+        self.run = self.ensure_run()
+        self._step_pending = False
+
+    # --- the run --------------------------------------------------------------------------------
+    def ensure_run(self) -> Run:
+        """Continue the latest unfinished run, or start a new one with its held-out set fixed."""
+        run = self.store.latest_run()
+        if run is None or run.status == RunStatus.DONE:
+            run_id = "run-" + dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+            run = self.store.create_run(run_id, {"profile": self.settings.profile,
+                                                 "iterations": self.settings.loop.iterations})
+            self.event("run", f"started run {run_id}")
+        elif run.status in (RunStatus.STOPPED, RunStatus.FAILED):
+            self.store.set_run_status(run.id, RunStatus.RUNNING)
+            self.event("run", f"continuing run {run.id} (was {run.status})")
+        self._fix_heldout(run.id)
+        return self.store.get_run(run.id)
+
+    def _fix_heldout(self, run_id: str) -> None:
+        if self.store.tasks(run_id, split=Split.HELDOUT):
+            return
+        lp = self.settings.loop
+        specs = heldout_tasks(self.families, lp.heldout_levels, lp.heldout_per_cell, seed_base=run_id)
+        for spec in specs:
+            self.store.add_task(Task(f"{run_id}.{spec.id}", run_id, spec.family, spec.difficulty, spec.source,
+                                     Split.HELDOUT, TaskStatus.PROPOSED, spec.to_spec()))
+        self.event("heldout", f"held-out set fixed: {len(specs)} tasks")
+
+    def event(self, kind: str, message: str, duration_s: float | None = None, **data: object) -> None:
+        self.store.add_event(Event(kind, message, getattr(self, "run", None) and self.run.id, dict(data), duration_s))
+        self.log(message)
+
+    # --- the reconciler ---------------------------------------------------------------------------
+    def finished(self) -> bool:
+        return self.store.get_run(self.run.id).status in (RunStatus.DONE, RunStatus.STOPPED, RunStatus.FAILED)
+
+    def tick(self) -> bool:
+        """Advance the run by one phase; False when there was nothing to do (paused, done, outside window)."""
+        self._answer_controls()
+        run = self.store.get_run(self.run.id)
+        if run.status != RunStatus.RUNNING and not (run.status == RunStatus.PAUSED and self._step_pending):
+            return False
+        iterations = self.store.iterations(run.id)
+        current = next((it for it in iterations if it.status != IterationStatus.DONE), None)
+        if current is None:
+            done = len(iterations) - 1  # iteration 0 is the baseline
+            if done >= self.settings.loop.iterations or self._stop_requested():
+                self.store.set_run_status(run.id, RunStatus.STOPPED if self._stop_requested() else RunStatus.DONE)
+                self.event("run", f"run {run.id} {'stopped' if self._stop_requested() else 'done'} after {done} iterations")
+                return False
+            current = self.store.start_iteration(run.id, len(iterations), self.engine.policy_version)
+            first = BASELINE_PHASES[0] if current.index == 0 else PHASES[0]
+            self.store.set_iteration_phase(run.id, current.index, first)
+            current.phase = first
+        if current.status == IterationStatus.FAILED:
+            self.store.set_iteration_status(run.id, current.index, IterationStatus.RUNNING)
+        if current.phase in (Phase.PRACTISE, Phase.TRAIN) and not self._in_window():
+            return False
+        phases = BASELINE_PHASES if current.index == 0 else PHASES
+        self.store.add_event(Event("phase", str(current.phase), run.id, {"iteration": current.index}))
+        t0 = time.monotonic()
+        try:
+            getattr(self, f"phase_{current.phase}")(current.index)
+        except ApplianceError as e:
+            self.store.set_iteration_status(run.id, current.index, IterationStatus.FAILED, error=str(e))
+            self.event("error", f"iteration {current.index} {current.phase} failed: {e.message}", hint=e.hint)
+            raise
+        self.event("info", f"iteration {current.index}: {current.phase} done", time.monotonic() - t0,
+                   iteration=current.index, phase=str(current.phase))
+        nxt = phases.index(current.phase) + 1
+        if nxt < len(phases):
+            self.store.set_iteration_phase(run.id, current.index, phases[nxt])
+        else:
+            self.store.set_iteration_phase(run.id, current.index, Phase.DONE)
+            self.store.set_iteration_status(run.id, current.index, IterationStatus.DONE)
+        if self._step_pending:
+            self._step_pending = False
+        return True
+
+    def _answer_controls(self) -> None:
+        for control in self.store.pending_controls(self.run.id):
+            status = self.store.get_run(self.run.id).status
+            result = "ok"
+            if control.command == ControlCommand.PAUSE and status == RunStatus.RUNNING:
+                self.store.set_run_status(self.run.id, RunStatus.PAUSED)
+            elif control.command == ControlCommand.RESUME and status == RunStatus.PAUSED:
+                self.store.set_run_status(self.run.id, RunStatus.RUNNING)
+            elif control.command == ControlCommand.STEP and status == RunStatus.PAUSED:
+                self._step_pending = True
+            elif control.command == ControlCommand.STOP_AFTER_ITERATION:
+                self._stop_after = True
+            else:
+                result = f"refused: the run is {status}"
+            self.store.ack_control(control.id, result)
+            self.event("control", f"{control.command}: {result}")
+
+    def _stop_requested(self) -> bool:
+        """A stop-after-iteration answered since this run last (re)started counts, also across a restart."""
+        if getattr(self, "_stop_after", False):
+            return True
+        since = self.store.get_run(self.run.id).updated_at
+        return any(c.command == ControlCommand.STOP_AFTER_ITERATION and c.status == ControlStatus.DONE
+                   and (c.acked_at or 0) >= since for c in self.store.controls(self.run.id))
+
+    def _in_window(self) -> bool:
+        window = self.settings.loop.training_window
+        if not window:
+            return True
+        start, end = (dt.time.fromisoformat(t.strip()) for t in window.split("-"))
+        now = dt.datetime.now().time()
+        return start <= now < end if start <= end else now >= start or now < end
+
+    # --- phases -----------------------------------------------------------------------------------
+    def _iteration_tasks(self, index: int, status: TaskStatus | None = None) -> list[Task]:
+        return [t for t in self.store.tasks(self.run.id, split=Split.TRAIN, status=status)
+                if t.spec.get("meta", {}).get("iteration") == index]
+
+    def phase_synthesize(self, index: int) -> None:
+        previous = self.store.report(self.run.id, index - 1)
+        report = previous[0] if previous else None
+        levels = (report or {}).get("levels") or {f: 1 for f in self.families}
+        levels = {f: levels.get(f, 1) for f in self.families}
+        exclude = {t.spec["id"] for t in self.store.tasks(self.run.id)}  # held-out and earlier tasks
+        added = 0
+        # `levels` already holds the controller's move (made when the previous report was written);
+        # the budget leans toward the families that report found weak.
+        budget = split_budget(report, self.settings.loop.tasks_per_iteration, self.families)
+        for family in self.families:
+            level, count = levels[family], budget.get(family, 0)
+            for spec in synthesize(family, level, count, seed=f"{self.run.id}:{index}", exclude=exclude):
+                spec.meta["iteration"] = index
+                added += self.store.add_task(Task(f"{self.run.id}.{spec.id}", self.run.id, spec.family,
+                                                  spec.difficulty, spec.source, Split.TRAIN, TaskStatus.PROPOSED,
+                                                  spec.to_spec()))
+        self.event("synthesize", f"iteration {index}: {added} new tasks", levels=levels)
+
+    def _validate(self, tasks: list[Task]) -> None:
+        def one(task: Task) -> None:
+            v = validate_agent_free(self.settings, TaskSpec.from_spec(task.spec), start=self.practice.pool.start)
+            for stage in v.stages:
+                self.store.add_validation(task.id, stage.name, stage.ok, stage.detail or None)
+            self.store.set_task_status(task.id, TaskStatus.VALID if v.ok else TaskStatus.REJECTED, reason=v.reason)
+
+        with ThreadPoolExecutor(max_workers=self.practice.pool.max_concurrent) as ex:
+            list(ex.map(one, tasks))
+
+    def phase_validate(self, index: int) -> None:
+        pending = self._iteration_tasks(index, TaskStatus.PROPOSED)
+        self._validate(pending)
+        valid = len(self._iteration_tasks(index, TaskStatus.VALID))
+        self.event("validate", f"iteration {index}: {valid} of {len(pending)} tasks valid")
+
+    def _run_pending(self, work: list[tuple[TaskSpec, str]]) -> None:
+        """Run the rollouts named in `work` that are not finished; requeue those a crash interrupted."""
+        todo = []
+        for spec, rollout_id in work:
+            r = self.store.get_rollout(rollout_id)
+            if r.status == RolloutStatus.RUNNING:
+                self.store.requeue_rollout(rollout_id)
+                r = self.store.get_rollout(rollout_id)
+            if r.status == RolloutStatus.PENDING:
+                todo.append((spec, r))
+        run_rollouts(self.practice, todo)
+
+    def phase_practise(self, index: int) -> None:
+        lp = self.settings.loop
+        tasks = self._iteration_tasks(index, TaskStatus.VALID) + [
+            t for t in self.store.tasks(self.run.id, split=Split.TRAIN)
+            if t.spec.get("meta", {}).get("iteration") == index and t.status in
+            (TaskStatus.LEARNABLE, TaskStatus.TOO_EASY, TaskStatus.TOO_HARD)]
+        work = []
+        for task in tasks:
+            group = f"{task.id}.g{index}"
+            for k in range(lp.group_size):
+                r = new_rollout(self.store, harness=lp.harness, policy_version=self.engine.policy_version,
+                                run_id=self.run.id, task_id=task.id, group_id=group, iteration=index,
+                                purpose="train", rollout_id=f"{group}.{k}")
+                work.append((TaskSpec.from_spec(task.spec), r.id))
+        self._run_pending(work)
+        for task in self._iteration_tasks(index, TaskStatus.VALID):
+            rs = [r for r in self.store.rollouts(self.run.id, group_id=f"{task.id}.g{index}")
+                  if r.outcome != Outcome.INFRA_ERROR]
+            passed = sum(r.outcome == Outcome.SUCCESS for r in rs)
+            status = band_status(passed, len(rs), lp.band) if rs else TaskStatus.TOO_HARD
+            self.store.set_task_status(task.id, status, pass_rate=passed / len(rs) if rs else 0.0)
+        rollouts = self.store.rollouts(self.run.id, iteration=index, purpose="train")
+        wins = sum(r.outcome == Outcome.SUCCESS for r in rollouts)
+        infra = sum(r.outcome == Outcome.INFRA_ERROR for r in rollouts)
+        self.event("practise", f"iteration {index}: {len(rollouts)} rollouts, {wins} successes, {infra} infra errors")
+
+    def phase_train(self, index: int) -> None:
+        if any(c.iteration == index for c in self.store.checkpoints(self.run.id)):
+            return  # trained before a crash; the engine restored these weights at start
+        rollouts = [r for r in self.store.rollouts(self.run.id, iteration=index, purpose="train")
+                    if r.status == RolloutStatus.FINISHED]
+        self.store.check_trainable({r.task_id for r in rollouts if r.task_id})
+        samples = [s for r in rollouts for s in self.store.samples(r.id)]
+        try:
+            result = learn(self.store, self.settings, self.engine, rollouts, samples, run_id=self.run.id,
+                           iteration=index, steps=self.settings.loop.train_steps)
+        except ApplianceError as e:  # a failed sync keeps the old weights serving; the run goes on
+            self.event("error", f"iteration {index}: training did not produce new weights: {e.message}")
+            return
+        self.event("train", f"iteration {index}: policy version {result.policy_version}",
+                   sum(result.timings.values()), steps=len(result.steps))
+
+    def phase_evaluate(self, index: int) -> None:
+        heldout = self.store.tasks(self.run.id, split=Split.HELDOUT)
+        proposed = [t for t in heldout if t.status == TaskStatus.PROPOSED]
+        if proposed:
+            self._validate(proposed)
+        tasks = self.store.tasks(self.run.id, split=Split.HELDOUT, status=TaskStatus.VALID)
+        version = self.engine.policy_version
+        work = []
+        for task in tasks:
+            r = new_rollout(self.store, harness=self.settings.loop.harness, policy_version=version,
+                            run_id=self.run.id, task_id=task.id, iteration=index, purpose="eval",
+                            rollout_id=f"{task.id}.eval{index}")
+            work.append((TaskSpec.from_spec(task.spec), r.id))
+        self._run_pending(work)
+        cells: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
+        by_task = {t.id: t for t in tasks}
+        for r in self.store.rollouts(self.run.id, iteration=index, purpose="eval"):
+            task = by_task.get(r.task_id or "")
+            if task is None or r.outcome == Outcome.INFRA_ERROR:
+                continue
+            cell = cells[(task.family, task.difficulty)]
+            cell[0] += 1
+            cell[1] += r.outcome == Outcome.SUCCESS
+        for (family, level), (n, passed) in cells.items():
+            self.store.set_eval(self.run.id, index, version, family, level, n, passed)
+        n, p = sum(c[0] for c in cells.values()), sum(c[1] for c in cells.values())
+        self.store.add_metrics(self.run.id, index, {"heldout_pass@1": p / n if n else 0.0})
+        self.event("evaluate", f"iteration {index}: held-out pass@1 {p}/{n} at policy version {version}")
+
+    def phase_diagnose(self, index: int) -> None:
+        previous = self.store.report(self.run.id, index - 1) if index > 0 else None
+        levels = (previous[0] if previous else {}).get("levels") or {f: 1 for f in self.families}
+        report, _ = build_report(self.store, self.run.id, index,
+                                 self.generate_text if self.settings.loop.analysis else None)
+        if index > 0:
+            levels = next_levels(report, {f: levels.get(f, 1) for f in self.families})
+        report["levels"] = levels  # what the next synthesis uses
+        self.store.save_report(self.run.id, index, report, render_markdown(report))
+        p = report["heldout_pass_at_1"]
+        self.event("diagnose", f"iteration {index}: report saved (held-out pass@1 {'n/a' if p is None else f'{p:.1%}'})")
+
+    # --- the policy writing text (report analysis) -----------------------------------------------
+    def generate_text(self, prompt: str) -> str:
+        body = {"model": self.engine.model_name(), "messages": [{"role": "user", "content": prompt}],
+                "max_tokens": 96, "temperature": 0.0}
+        r = httpx.post(f"{self.engine.base_url}/v1/chat/completions", json=body, timeout=300)
+        r.raise_for_status()
+        return r.json()["choices"][0]["message"]["content"] or ""
+
+
+@contextmanager
+def services(settings: Settings, store: Store, log: Callable[[str], None] = print) -> Iterator[Loop]:
+    """Engine, proxy and sandbox pool around a `Loop`; everything is stopped and swept on the way out."""
+    from appliance.proxy import ProxyServer, create_app
+    from appliance.sandbox import SandboxPool, sweep
+    from appliance.serving import Engine as VllmEngine
+
+    pool = SandboxPool(settings)  # removes what a killed appliance left behind
+    engine = VllmEngine(settings, store)
+    server = None
+    try:
+        log(f"starting the engine ({settings.model_path.name}, profile {settings.profile})")
+        engine.start()
+        server = ProxyServer(create_app(store, engine, settings), settings).start()
+        log(f"proxy on {server.url}")
+        practice = Practice(settings, store, server.host, server.port, pool, log)
+        yield Loop(settings, store, engine, practice, log)
+    finally:
+        if server is not None:
+            server.stop()
+        engine.stop()
+        sweep(settings, orphans_only=True)
+
+
+def learning_curve(store: Store, run_id: str) -> list[tuple[int, float, int]]:
+    """(iteration, held-out pass@1, n) per evaluated iteration."""
+    by_iter: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    for e in store.evals(run_id):
+        by_iter[e["iteration"]][0] += e["passed"]
+        by_iter[e["iteration"]][1] += e["n"]
+    return [(it, p / n if n else 0.0, n) for it, (p, n) in sorted(by_iter.items())]
+
+
+def run_appliance(settings: Settings, *, iterations: int | None = None, headless: bool = True,
+                  log: Callable[[str], None] = print, progress: Callable[[str], None] | None = None) -> str:
+    """`appliance run`: start the services, let the scheduler drive the loop until the run ends; returns
+    the run id. SIGTERM and Ctrl-C stop cleanly; a kill -9 is recovered by the next start."""
+    import signal
+    import threading
+
+    from appliance import scheduler
+
+    if iterations is not None:
+        settings = settings.model_copy(deep=True)
+        settings.loop.iterations = iterations
+    store = Store(settings.db_path)
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        with services(settings, store, log) as loop:
+            sched = scheduler.start(loop)
+            try:
+                if headless:
+                    while not stop.is_set() and not loop.finished():
+                        if progress:
+                            progress(progress_line(store, loop.run.id, scheduler.busy.is_set()))
+                        stop.wait(5.0)
+                else:
+                    from appliance.tui import run_tui
+
+                    run_tui(settings, run_id=loop.run.id)
+            except KeyboardInterrupt:
+                pass
+            finally:
+                sched.shutdown(wait=False)
+            return loop.run.id
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        store.close()
+
+
+def progress_line(store: Store, run_id: str, busy: bool) -> str:
+    run = store.get_run(run_id)
+    its = store.iterations(run_id)
+    it = its[-1] if its else None
+    where = f"iteration {it.index} {it.phase}" if it else "starting"
+    rollouts = store.rollouts(run_id, iteration=it.index) if it else []
+    done = sum(r.status == RolloutStatus.FINISHED for r in rollouts)
+    curve = " ".join(f"{p:.0%}" for _, p, _ in learning_curve(store, run_id)) or "-"
+    state, version, _ = store.engine_state()
+    return (f"[{run.status}{' working' if busy else ''}] {where} | rollouts {done}/{len(rollouts)} | "
+            f"engine {state} v{version} | held-out pass@1 {curve}")
