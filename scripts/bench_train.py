@@ -81,6 +81,7 @@ def main() -> None:
         settings = load_settings(environ={"APPLIANCE_HOME": home})
         settings.engine.model = args.model or load_settings().model_path
         settings.training.full_finetune = args.full
+        settings.training.method = "grpo"  # the GRPO step is what is measured, whatever the profile's default
         if not (settings.model_path / "config.json").exists():
             sys.exit(f"no model at {settings.model_path}; run `appliance init` (or pass --model)")
         store, engine = Store(settings.db_path), FakeEngine()

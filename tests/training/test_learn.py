@@ -32,6 +32,7 @@ def practice(groups: dict[str, list[float | None]], seed: int = 0):
 @pytest.fixture
 def tiny_settings(settings, tiny_model):
     settings.engine.model = tiny_model
+    settings.training.method = "grpo"  # pinned: profiles choose their own default
     settings.training.learning_rate = 1e-2
     settings.training.micro_batch_size = 4
     return settings
@@ -93,6 +94,7 @@ def test_a_failed_training_resumes_serving(store, tiny_settings):
 
 
 def test_nothing_to_train_leaves_the_engine_serving(store, settings):
+    settings.training.method = "grpo"
     engine = FakeEngine()
     rollouts, samples = practice({"a": [None, None], "b": [1.0, None]})
     result = learn(store, settings, engine, rollouts, samples, run_id="run", iteration=0)
