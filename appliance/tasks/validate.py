@@ -27,7 +27,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
@@ -431,8 +430,8 @@ def admit(settings: Settings, store: Any, specs: list[TaskSpec], *, run_id: str 
             seen.add(fp)
         todo.append(spec)
 
-    def one(spec: TaskSpec) -> tuple[TaskSpec, Validation]:
-        v = validate_agent_free(settings, spec, start=start)
+    results = validate_many(settings, todo, parallel=parallel, start=start)
+    for spec, v in zip(todo, results, strict=True):
         for st in v.stages:
             store.add_validation(spec.id, st.name, st.ok, None if st.ok else v.reason,
                                  {"detail": st.detail[-2000:], "duration_s": st.duration_s})
@@ -440,10 +439,7 @@ def admit(settings: Settings, store: Any, specs: list[TaskSpec], *, run_id: str 
             store.set_task_status(spec.id, TaskStatus.VALID)
         elif not v.infra:
             store.set_task_status(spec.id, TaskStatus.REJECTED, reason=v.reason)
-        return spec, v
-
-    with ThreadPoolExecutor(max_workers=max(1, parallel)) as ex:
-        return list(ex.map(one, todo))
+    return list(zip(todo, results, strict=True))
 
 
 def record_band(store: Any, task_id: str, passed: int, attempts: int,

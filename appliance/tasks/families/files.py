@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from appliance.tasks.families._common import NAMES, WORDS, make, pick, q, spelled_out
+from appliance.tasks.families._common import NAMES, WORDS, make, pick, spelled_out
 from appliance.tasks.format import TaskSpec
 
 FAMILY = "files"
