@@ -149,6 +149,10 @@ class HarnessSettings(Section):
     native_tools: bool = Field(
         False, description="Offer bash/submit as OpenAI tools (needs the engine's tool parser); fenced blocks always work."
     )
+    stop: list[str] = Field(
+        ["```\n"], description="Stop strings (kept in the output): end a turn at the first closed code block, so a "
+        "small model does not go on to invent the command's output and its next turns."
+    )
 
 
 class LoopSettings(Section):

@@ -53,8 +53,11 @@ class ClientConfig:
 
     @classmethod
     def from_settings(cls, h: HarnessSettings, base_url: str, api_key: str, model: str = "policy") -> ClientConfig:
+        # include_stop_str_in_output keeps the fence in the text, so the next prompt re-renders exactly
+        # what was sampled and the calls still merge into one sequence.
+        extra = {"stop": list(h.stop), "include_stop_str_in_output": True} if h.stop else {}
         return cls(base_url, api_key, model, temperature=h.temperature, max_tokens=h.max_tokens_per_call,
-                   native_tools=h.native_tools)
+                   native_tools=h.native_tools, extra_body=extra)
 
 
 @dataclass(slots=True)

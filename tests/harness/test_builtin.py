@@ -198,5 +198,9 @@ def test_limits_and_client_come_from_the_settings_tree(settings):
     settings.harness.native_tools = True
     assert Limits.from_settings(settings.harness) == Limits(max_turns=3)
     client = ClientConfig.from_settings(settings.harness, "http://127.0.0.1:8200/r/tok/v1", "tok")
+    settings.harness.max_tokens_per_call = 99
+    client = ClientConfig.from_settings(settings.harness, "http://127.0.0.1:8200/r/tok/v1", "tok")
     assert (client.base_url, client.api_key, client.native_tools, client.max_tokens) == (
-        "http://127.0.0.1:8200/r/tok/v1", "tok", True, 384)
+        "http://127.0.0.1:8200/r/tok/v1", "tok", True, 99)
+    # a turn ends at the first closed code block, and the fence stays in the text the next prompt re-renders
+    assert client.extra_body == {"stop": ["```\n"], "include_stop_str_in_output": True}
