@@ -62,12 +62,23 @@ def pack(token_ids: list[list[int]], masks: list[list[int]], logprobs: list[list
 
 
 def token_logps(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                temperature: float = 1.0) -> torch.Tensor:
-    """(B, L-1) log-probability of each token given its prefix, in fp32."""
+                temperature: float = 1.0, start: int = 0) -> torch.Tensor:
+    """(B, L-1-start) log-probability of tokens start+1..L-1 given their prefix, in fp32.
+
+    `start` skips the leading positions no sample trains on (the shared system prompt and first user
+    turn): the (B, L, vocab) logits are the step's largest tensor, and most of them would be prompt.
+    """
     from trl.trainer.utils import selective_log_softmax
 
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1, :]
-    return selective_log_softmax(logits.float() / temperature, input_ids[:, 1:])
+    keep = input_ids.shape[1] - start
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep).logits[:, :-1, :]
+    return selective_log_softmax(logits.float() / temperature, input_ids[:, start + 1:])
+
+
+def first_trained_position(mask: torch.Tensor) -> int:
+    """The first column of a (B, L-1) mask with a trained token in any row (0 when there is none)."""
+    cols = mask.sum(0).nonzero()
+    return int(cols[0]) if len(cols) else 0
 
 
 @dataclass

@@ -22,7 +22,15 @@ from appliance.config import TrainingSettings
 from appliance.errors import ApplianceError
 from appliance.schemas import Sample
 from appliance.training.advantages import GroupedBatch
-from appliance.training.loss import Normaliser, PackedBatch, engine_is_ratio, pack, policy_loss, token_logps
+from appliance.training.loss import (
+    Normaliser,
+    PackedBatch,
+    engine_is_ratio,
+    first_trained_position,
+    pack,
+    policy_loss,
+    token_logps,
+)
 
 OPTIMIZER_FILE = "trainer/optimizer.pt"
 
@@ -119,11 +127,13 @@ class PolicyTrainer:
         loss_total, seen_tokens = 0.0, 0
         gaps, ratios, clipped, weights, extra = [], [], [], [], []
         for b in micro:
+            start = first_trained_position(b.mask)
             ids, attn = b.input_ids.to(self.device), b.attention_mask.to(self.device)
-            mask, adv, eng = b.mask.to(self.device), b.advantages.to(self.device), b.engine_logps.to(self.device)
-            logps = token_logps(self.model, ids, attn)
+            mask, eng = b.mask[:, start:].to(self.device), b.engine_logps[:, start:].to(self.device)
+            adv = b.advantages.to(self.device)
+            logps = token_logps(self.model, ids, attn, start=start)
             old = logps.detach()
-            ref = self._ref_logps(ids, attn) if cfg.beta != 0.0 else None
+            ref = self._ref_logps(ids, attn, start) if cfg.beta != 0.0 else None
             is_ratio, is_stats = (engine_is_ratio(old, eng, mask, cfg) if cfg.is_mode != "none" else (None, None))
             loss, stats = policy_loss(logps, old, ref, is_ratio, mask, adv, cfg, norm)
             loss.backward()
@@ -156,12 +166,12 @@ class PolicyTrainer:
             metrics[key] = sum(s.get(key, 0.0) * n for s, n in extra) / total
         return metrics
 
-    def _ref_logps(self, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+    def _ref_logps(self, ids: torch.Tensor, attn: torch.Tensor, start: int) -> torch.Tensor:
         with torch.no_grad():
             if self.ref_model is not None:
-                return token_logps(self.ref_model, ids, attn)
+                return token_logps(self.ref_model, ids, attn, start=start)
             with self.model.disable_adapter():
-                return token_logps(self.model, ids, attn)
+                return token_logps(self.model, ids, attn, start=start)
 
     # --- checkpoints ------------------------------------------------------------------------------
     def save(self, dest: Path) -> str:

@@ -100,3 +100,19 @@ def test_engine_ratio_masks_tokens_and_sequences_outside_the_band():
     assert seq.shape == (2, 1)
     assert seq[:, 0].tolist() == pytest.approx([0.0, 1.0])  # sequence 0's summed log-ratio is 2: dropped
     assert stats["clipped"][:, 0].tolist() == [True, False]
+
+
+def test_first_trained_position_and_skipped_logits_align(tiny_model):
+    from transformers import AutoModelForCausalLM
+
+    from appliance.training.loss import first_trained_position, token_logps
+
+    b = pack([[5, 6, 7, 8, 9, 10], [11, 12, 13, 14]], [[0, 0, 0, 1, 0, 1], [0, 0, 0, 0]], [[0.0] * 6, [0.0] * 4],
+             [1.0, 0.0], pad_id=0, max_len=16)
+    assert first_trained_position(b.mask) == 2
+    assert first_trained_position(torch.zeros(2, 3)) == 0
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    with torch.no_grad():
+        full = token_logps(model, b.input_ids, b.attention_mask)
+        cut = token_logps(model, b.input_ids, b.attention_mask, start=2)
+    assert cut.shape == (2, 3) and torch.allclose(full[:, 2:], cut, atol=1e-5)
