@@ -118,6 +118,97 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
     sys.exit(0 if ok else 1)
 
 
+@main.group(invoke_without_command=True)
+@click.option("--task", "task_path", type=click.Path(exists=True, path_type=Path), default=None,
+              help="Task directory or TOML file to run once.")
+@click.option("--harness", default="builtin", show_default=True, help="builtin, or a name under [harnesses].")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+@friendly_errors
+def rollout(ctx: click.Context, task_path: Path | None, harness: str, as_json: bool) -> None:
+    """Run one rollout of a task (engine, proxy, sandbox, verifier) and report its tokens; or `show ID`."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if task_path is None:
+        raise click.UsageError("give --task PATH to run a rollout, or `appliance rollout show ID`")
+    from appliance.loop import services
+    from appliance.practice import new_rollout, run_rollout
+    from appliance.store import Store
+    from appliance.tasks import load_task
+
+    settings = settings_of(ctx)
+    spec = load_task(task_path)
+    if harness != "builtin":
+        from appliance.harness.external import harness_settings
+
+        harness_settings(settings, harness)  # an unknown name fails before the engine starts
+    store = Store(settings.db_path)
+    with services(settings, store, log=lambda m: click.echo(m, err=True)) as svc:
+        r = new_rollout(store, harness=harness, policy_version=svc.engine.policy_version, purpose="debug")
+        result = run_rollout(svc.practice, spec, r)
+    calls = store.model_calls(r.id)
+    traj = result.trajectory
+    data = {
+        "rollout_id": r.id, "outcome": result.rollout.outcome, "reward": result.rollout.reward,
+        "error": result.rollout.error, "turns": result.rollout.turns, "calls": len(calls),
+        "samples": traj.samples if traj else 0, "sampled_tokens": traj.sampled_tokens if traj else 0,
+        "retokenized_tokens": traj.retokenized_tokens if traj else 0,
+        "divergences": traj.to_dict()["divergences"] if traj else [],
+        "tampered": result.tampered,
+    }
+
+    def human(d: dict[str, Any]) -> None:
+        click.echo(f"rollout {d['rollout_id']}: {d['outcome']} (reward {d['reward']}) after {d['turns']} turns")
+        if d["error"]:
+            click.echo(f"  reason: {d['error']}")
+        click.echo(f"  calls {d['calls']}, samples {d['samples']}, sampled tokens {d['sampled_tokens']}, "
+                   f"re-tokenized tokens {d['retokenized_tokens']}, divergences {len(d['divergences'])}")
+        click.echo(f"  `appliance rollout show {d['rollout_id']}` prints the trajectory")
+
+    emit(data, as_json, human)
+
+
+@rollout.command("show")
+@click.argument("rollout_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the trajectory as JSON.")
+@click.pass_context
+@friendly_errors
+def rollout_show(ctx: click.Context, rollout_id: str, as_json: bool) -> None:
+    """Print a rollout's trajectory: sampled (model) tokens in green, prompt/tool tokens dim."""
+    from appliance.rollout_view import rollout_view
+    from appliance.store import Store
+
+    settings = settings_of(ctx)
+    decode = _decoder(settings)
+    view = rollout_view(Store(settings.db_path), rollout_id, decode)
+
+    def human(v: dict[str, Any]) -> None:
+        r = v["rollout"]
+        click.echo(f"rollout {r['id']} task {r['task']} harness {r['harness']}: {r['outcome']} reward {r['reward']}")
+        for c in v["calls"]:
+            click.echo(f"  call {c['seq']}: {c['status']} prompt {c['prompt_tokens']} + completion "
+                       f"{c['completion_tokens']} tokens, {c['latency_s']} s")
+        for s in v["samples"]:
+            click.echo(click.style(f"--- sample (branch {s['branch']}): {s['tokens']} tokens, {s['sampled']} sampled",
+                                   bold=True))
+            for seg in s["segments"]:
+                click.echo(click.style(seg["text"], fg="green") if seg["sampled"] else click.style(seg["text"], dim=True),
+                           nl=False)
+            click.echo()
+
+    emit(view, as_json, human)
+
+
+def _decoder(settings: Settings) -> Callable[[list[int]], str]:
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(settings.model_path))
+        return lambda ids: tok.decode(ids)
+    except Exception:  # no model folder: show the ids themselves
+        return lambda ids: " ".join(map(str, ids))
+
+
 @main.command()
 @click.option("--iterations", type=click.IntRange(1), default=None,
               help="Training iterations of the run (default loop.iterations); a restarted run continues its count.")

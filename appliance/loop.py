@@ -330,9 +330,15 @@ class Loop:
         return r.json()["choices"][0]["message"]["content"] or ""
 
 
+@dataclass
+class Services:
+    engine: Engine
+    practice: Practice
+
+
 @contextmanager
-def services(settings: Settings, store: Store, log: Callable[[str], None] = print) -> Iterator[Loop]:
-    """Engine, proxy and sandbox pool around a `Loop`; everything is stopped and swept on the way out."""
+def services(settings: Settings, store: Store, log: Callable[[str], None] = print) -> Iterator[Services]:
+    """Engine, proxy and sandbox pool, for the loop or one debug rollout; stopped and swept on the way out."""
     from appliance.proxy import ProxyServer, create_app
     from appliance.sandbox import SandboxPool, sweep
     from appliance.serving import Engine as VllmEngine
@@ -345,8 +351,7 @@ def services(settings: Settings, store: Store, log: Callable[[str], None] = prin
         engine.start()
         server = ProxyServer(create_app(store, engine, settings), settings).start()
         log(f"proxy on {server.url}")
-        practice = Practice(settings, store, server.host, server.port, pool, log)
-        yield Loop(settings, store, engine, practice, log)
+        yield Services(engine, Practice(settings, store, server.host, server.port, pool, log))
     finally:
         if server is not None:
             server.stop()
@@ -379,7 +384,8 @@ def run_appliance(settings: Settings, *, iterations: int | None = None, headless
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        with services(settings, store, log) as loop:
+        with services(settings, store, log) as svc:
+            loop = Loop(settings, store, svc.engine, svc.practice, log)
             sched = scheduler.start(loop)
             try:
                 if headless:

@@ -65,7 +65,37 @@ def environment(settings: Settings) -> dict[str, str]:
     return env
 
 
+def pid_file(settings: Settings) -> Path:
+    return settings.home / "engine.pid"
+
+
+def reap_stale(settings: Settings) -> bool:
+    """Kill the engine a killed appliance left running (its process group outlives a SIGKILL of ours).
+
+    Only a process group whose leader is a vLLM server on our port is touched; True when one was killed."""
+    path = pid_file(settings)
+    try:
+        pgid = int(path.read_text().strip())
+        cmdline = Path(f"/proc/{pgid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError):
+        path.unlink(missing_ok=True)
+        return False
+    ours = b"vllm.entrypoints.openai.api_server" in cmdline and str(settings.engine.port).encode() in cmdline
+    if ours and _group_alive(pgid):
+        for sig, wait in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + wait
+            while _group_alive(pgid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+    path.unlink(missing_ok=True)
+    return ours
+
+
 def launch(settings: Settings, weights: Path, tokenizer: Path) -> tuple[subprocess.Popen, Path]:
+    reap_stale(settings)
     # another server on the port would answer our health checks and we would never notice ours died
     deadline = time.monotonic() + 5  # a server we just stopped may take a moment to let go
     while _port_taken(settings.engine.host, settings.engine.port):
@@ -82,6 +112,7 @@ def launch(settings: Settings, weights: Path, tokenizer: Path) -> tuple[subproce
         proc = subprocess.Popen(command(settings, weights, tokenizer), env=environment(settings),
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
+    pid_file(settings).write_text(str(proc.pid))
     return proc, log_path
 
 
