@@ -93,7 +93,8 @@ class TrainingSettings(Section):
     loss_type: Literal["grpo", "dapo", "dr_grpo", "gspo"] = Field(
         "dapo",
         description="Policy loss, as TRL names them: grpo (per-sequence token mean), dapo (token mean over the batch), "
-        "dr_grpo (fixed-length normaliser, no std scaling), gspo (sequence-level importance ratio).",
+        "dr_grpo (fixed-length normaliser, no std scaling), gspo (sequence-level importance ratio; GSPO wants "
+        "epsilon ~3e-4 and epsilon_high ~4e-4).",
     )
     full_finetune: bool = Field(False, description="Train all weights instead of a LoRA adapter.")
     lora_rank: int = Field(16, ge=1, description="LoRA rank r.")
