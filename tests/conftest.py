@@ -92,7 +92,9 @@ def engine(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path):
 
     home = tmp_path_factory.mktemp("engine") / "home"
     s = load_settings(environ={"APPLIANCE_HOME": str(home), "APPLIANCE_ENGINE__MODEL": str(tiny_model),
-                               "APPLIANCE_ENGINE__PORT": str(free_port()), "APPLIANCE_ENGINE__MAX_MODEL_LEN": "2048"})
+                               "APPLIANCE_ENGINE__PORT": str(free_port()), "APPLIANCE_ENGINE__MAX_MODEL_LEN": "2048",
+                               # a shared 2-core machine with other engines starting can take minutes
+                               "APPLIANCE_ENGINE__STARTUP_TIMEOUT_S": "900"})
     st = Store(s.db_path)
     eng = Engine(s, st)
     eng.start()

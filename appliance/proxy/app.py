@@ -222,23 +222,31 @@ class Proxy:
         tokens, chunks, recorded = Tokens(), [], False
         try:
             try:
-                async for line in upstream.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    payload = line[5:].strip()
-                    if payload == "[DONE]":
-                        recorded = True  # set first: a cancel during the write must not add a second row
-                        await self.record(self.call_row(rollout_id, sent, started, response=_merged(chunks),
-                                                        tokens=tokens))
-                        yield b"data: [DONE]\n\n"
-                        continue
-                    chunk = json.loads(payload)
-                    if chunk.get("error"):
-                        raise EngineStreamError(json.dumps(chunk["error"])[:2000])
-                    tokens.take(kind, chunk)
-                    strip(chunk, body, kind)
-                    chunks.append(chunk)
-                    yield b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
+                pending = b""
+                # Events that arrive together leave together: one write per network read, not per token.
+                async for block in upstream.aiter_bytes():
+                    *events, pending = (pending + block).split(b"\n\n")
+                    out = []
+                    for event in events:
+                        payload = event.strip()
+                        if not payload.startswith(b"data:"):
+                            continue
+                        payload = payload[5:].strip()
+                        if payload == b"[DONE]":
+                            recorded = True  # set first: a cancel during the write must not add a second row
+                            await self.record(self.call_row(rollout_id, sent, started, response=_merged(chunks),
+                                                            tokens=tokens))
+                            out.append(b"data: [DONE]\n\n")
+                            continue
+                        chunk = json.loads(payload)
+                        if chunk.get("error"):
+                            raise EngineStreamError(json.dumps(chunk["error"])[:2000])
+                        tokens.take(kind, chunk)
+                        strip(chunk, body, kind)
+                        chunks.append(chunk)
+                        out.append(b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n")
+                    if out:
+                        yield b"".join(out)
                 if not recorded:
                     raise EngineStreamError("the engine closed the stream before [DONE]")
             except (httpx.HTTPError, EngineStreamError) as e:
