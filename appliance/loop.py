@@ -21,7 +21,6 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import httpx
@@ -45,11 +44,11 @@ from appliance.schemas import (
     TaskStatus,
 )
 from appliance.store import Store
-from appliance.tasks import TaskSpec, validate_agent_free
+from appliance.tasks import TaskSpec
 from appliance.tasks.difficulty import next_levels, split_budget
 from appliance.tasks.families import FAMILIES, synthesize
 from appliance.tasks.heldout import heldout_tasks
-from appliance.tasks.validate import band_status
+from appliance.tasks.validate import record_band, validate_many
 from appliance.training.learn import EngineControl, learn
 
 BASELINE_PHASES = [Phase.EVALUATE, Phase.DIAGNOSE]
@@ -211,14 +210,15 @@ class Loop:
         self.event("synthesize", f"iteration {index}: {added} new tasks", levels=levels)
 
     def _validate(self, tasks: list[Task]) -> None:
-        def one(task: Task) -> None:
-            v = validate_agent_free(self.settings, TaskSpec.from_spec(task.spec), start=self.practice.pool.start)
+        """Agent-free validation; an infra failure leaves the task `proposed`, so a later pass retries it."""
+        specs = [TaskSpec.from_spec(t.spec) for t in tasks]
+        verdicts = validate_many(self.settings, specs, parallel=self.practice.pool.max_concurrent,
+                                 start=self.practice.pool.start)
+        for task, v in zip(tasks, verdicts):
             for stage in v.stages:
                 self.store.add_validation(task.id, stage.name, stage.ok, stage.detail or None)
-            self.store.set_task_status(task.id, TaskStatus.VALID if v.ok else TaskStatus.REJECTED, reason=v.reason)
-
-        with ThreadPoolExecutor(max_workers=self.practice.pool.max_concurrent) as ex:
-            list(ex.map(one, tasks))
+            if not v.infra:
+                self.store.set_task_status(task.id, TaskStatus.VALID if v.ok else TaskStatus.REJECTED, reason=v.reason)
 
     def phase_validate(self, index: int) -> None:
         pending = self._iteration_tasks(index, TaskStatus.PROPOSED)
@@ -256,9 +256,8 @@ class Loop:
         for task in self._iteration_tasks(index, TaskStatus.VALID):
             rs = [r for r in self.store.rollouts(self.run.id, group_id=f"{task.id}.g{index}")
                   if r.outcome != Outcome.INFRA_ERROR]
-            passed = sum(r.outcome == Outcome.SUCCESS for r in rs)
-            status = band_status(passed, len(rs), lp.band) if rs else TaskStatus.TOO_HARD
-            self.store.set_task_status(task.id, status, pass_rate=passed / len(rs) if rs else 0.0)
+            if rs:  # every rollout an infra error: no verdict; the task stays valid for a later round
+                record_band(self.store, task.id, sum(r.outcome == Outcome.SUCCESS for r in rs), len(rs), lp.band)
         rollouts = self.store.rollouts(self.run.id, iteration=index, purpose="train")
         wins = sum(r.outcome == Outcome.SUCCESS for r in rollouts)
         infra = sum(r.outcome == Outcome.INFRA_ERROR for r in rollouts)
