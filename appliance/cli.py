@@ -84,14 +84,16 @@ def config_cmd(ctx: click.Context, as_json: bool) -> None:
 
 @main.command()
 @click.option("--skip-model", is_flag=True, help="Do not convert the bundled model.")
-@click.option("--skip-image", is_flag=True, help="Do not build the sandbox image.")
+@click.option("--skip-image", is_flag=True, help="Do not build the sandbox image (nor the harness images).")
+@click.option("--skip-harnesses", is_flag=True, help="Do not build the third-party harness images.")
 @click.pass_context
 @friendly_errors
-def init(ctx: click.Context, skip_model: bool, skip_image: bool) -> None:
-    """Prepare the data directory: store, Podman config, bundled model, sandbox image (idempotent)."""
+def init(ctx: click.Context, skip_model: bool, skip_image: bool, skip_harnesses: bool) -> None:
+    """Prepare the data directory: store, Podman config, bundled model, sandbox and harness images (idempotent)."""
     from appliance.setup import initialise
 
-    initialise(settings_of(ctx), model=not skip_model, image=not skip_image, log=lambda m: click.echo(m, err=True))
+    initialise(settings_of(ctx), model=not skip_model, image=not skip_image, harnesses=not skip_harnesses,
+               log=lambda m: click.echo(m, err=True))
 
 
 @main.command()

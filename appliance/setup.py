@@ -2,7 +2,8 @@
 
 Creates APPLIANCE_HOME, migrates the store, writes the appliance's own Podman configuration (selected
 through CONTAINERS_CONF / CONTAINERS_STORAGE_CONF, never by editing system files), converts the bundled
-model when the default model is used, and builds the sandbox image when its recipe changed.
+model when the default model is used, and builds the sandbox image and the configured third-party
+harness images when their recipes changed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from appliance.config import Settings
 from appliance.store import Store
 
 
-def initialise(settings: Settings, *, model: bool = True, image: bool = True,
+def initialise(settings: Settings, *, model: bool = True, image: bool = True, harnesses: bool = True,
                log: Callable[[str], None] = print) -> None:
     settings.home.mkdir(parents=True, exist_ok=True)
     store = Store(settings.db_path)
@@ -34,3 +35,8 @@ def initialise(settings: Settings, *, model: bool = True, image: bool = True,
             log(f"model ready at {settings.model_path}")
     if image:
         log(f"sandbox image {build_image(settings, log=log)}")
+    if image and harnesses:
+        from appliance.harness.external import harness_image
+
+        for name in settings.harnesses:
+            log(f"harness {name}: image {harness_image(settings, name, log)}")
