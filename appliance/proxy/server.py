@@ -28,7 +28,7 @@ class ProxyServer:
 
     def start(self, timeout_s: float = 30.0) -> ProxyServer:
         config = uvicorn.Config(self.app, host=self.host, port=self.port, log_level="warning",
-                                access_log=False, lifespan="off", timeout_graceful_shutdown=5)
+                                access_log=False, lifespan="on", timeout_graceful_shutdown=5)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="proxy", daemon=True)
         self._thread.start()
@@ -46,9 +46,6 @@ class ProxyServer:
             self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=15)
-        proxy = getattr(self.app.state, "proxy", None)
-        if proxy is not None and proxy._client is not None:
-            proxy._client = None  # its event loop is gone with the server thread
 
     def __enter__(self) -> ProxyServer:
         return self.start()
