@@ -212,6 +212,29 @@ def _decoder(settings: Settings) -> Callable[[list[int]], str]:
 
 
 @main.command()
+@click.argument("iteration", type=int, required=False)
+@click.option("--run", "run_id", default=None, help="Run to report on (default: the newest).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report's JSON instead of its Markdown.")
+@click.pass_context
+@friendly_errors
+def report(ctx: click.Context, iteration: int | None, run_id: str | None, as_json: bool) -> None:
+    """Print the capability report of an iteration (default: the latest)."""
+    from appliance.control import resolve_run
+    from appliance.errors import NotFoundError
+    from appliance.store import Store
+
+    store = Store(settings_of(ctx).db_path)
+    run = resolve_run(store, run_id)
+    found = store.report(run.id, iteration)
+    if found is None:
+        which = f"iteration {iteration}" if iteration is not None else "any iteration"
+        raise NotFoundError(f"run {run.id} has no report for {which}",
+                            "reports are written at the end of each iteration; `appliance status` shows progress")
+    data, markdown = found
+    click.echo(json.dumps(data, indent=2) if as_json else markdown)
+
+
+@main.command()
 @click.option("--iterations", type=click.IntRange(1), default=None,
               help="Training iterations of the run (default loop.iterations); a restarted run continues its count.")
 @click.option("--headless", is_flag=True, help="No TUI: log lines and a progress line (the default without a terminal).")

@@ -15,7 +15,7 @@ from appliance.config import Settings, load_settings
 from appliance.sandbox import podman_env
 from appliance.schemas import EngineState, IterationStatus, Phase, RolloutStatus, RunStatus
 from appliance.store import Store
-from tests.conftest import REPO, free_port
+from conftest import REPO, free_port  # tests/conftest.py; pytest puts its folder on sys.path
 
 pytestmark = pytest.mark.slow
 
