@@ -47,6 +47,7 @@ def _env(sandbox_settings: Settings, home: Path, tiny_model: Path) -> dict[str, 
         "APPLIANCE_ENGINE__MODEL": str(tiny_model),
         "APPLIANCE_ENGINE__PORT": str(free_port()),
         "APPLIANCE_ENGINE__MAX_MODEL_LEN": "2048",
+        "APPLIANCE_ENGINE__STARTUP_TIMEOUT_S": "900",  # a loaded 2-core machine can take minutes
         "APPLIANCE_PROXY__PORT": str(free_port()),
         "APPLIANCE_LOOP__FAMILIES": '["files"]',
         "APPLIANCE_LOOP__TASKS_PER_ITERATION": "2",
