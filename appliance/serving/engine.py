@@ -120,6 +120,9 @@ class Engine:
     # --- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
         """Launch the server and wait until it serves; restores the weights the store says were served."""
+        if not (self.model_path / "config.json").exists():
+            raise EngineError(f"no model folder at {self.model_path}",
+                              "run `appliance init` to convert the bundled model, or set engine.model")
         with self._op:
             stored = Weights.from_json(self.store.engine_state()[2])
             if stored is not None and stored.exists():
