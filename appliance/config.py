@@ -203,7 +203,10 @@ PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
         "engine": {"dtype": "float32", "enforce_eager": True, "enable_sleep_mode": False},
         # a 135M model on 2 cores: short episodes, and a learning rate that moves a LoRA adapter in a few steps
         "harness": {"max_turns": 4, "max_tokens_per_call": 160},
-        "training": {"method": "both", "learning_rate": 1e-4, "sft_learning_rate": 1e-4},
+        # one sequence per forward pass: the logits of a 49k vocabulary over a multi-turn sample are the
+        # memory peak (4 at a time took the process to 20 GB and the OOM killer)
+        "training": {"method": "both", "learning_rate": 1e-4, "sft_learning_rate": 1e-4, "micro_batch_size": 1,
+                     "max_seq_len": 2048},
     },
     "gpu": {
         "engine": {"dtype": "bfloat16", "enforce_eager": False, "enable_sleep_mode": True},
