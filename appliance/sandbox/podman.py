@@ -93,6 +93,11 @@ def podman_bin() -> str:
     return path
 
 
+def podman_cwd(settings: Settings) -> str:
+    settings.home.mkdir(parents=True, exist_ok=True)
+    return str(settings.home)
+
+
 def podman(settings: Settings, *args: str, timeout: float | None = 120, input: bytes | None = None,
            check: bool = True) -> subprocess.CompletedProcess[bytes]:
     """Run `podman ARGS` with the appliance's config; raise SandboxError with podman's stderr on failure."""
@@ -100,7 +105,10 @@ def podman(settings: Settings, *args: str, timeout: float | None = 120, input: b
         write_podman_config(settings)
     cmd = [podman_bin(), *args]
     try:
-        proc = subprocess.run(cmd, env=podman_env(settings), input=input, capture_output=True, timeout=timeout)
+        # conmon drops an empty `oom` file into its working directory when a container is OOM-killed:
+        # run podman from the data directory, not from wherever the appliance was started.
+        proc = subprocess.run(cmd, env=podman_env(settings), input=input, capture_output=True, timeout=timeout,
+                              cwd=podman_cwd(settings))
     except subprocess.TimeoutExpired as e:
         raise SandboxError(f"`podman {' '.join(args[:3])} ...` did not finish within {timeout} s",
                            "check `podman ps` for a stuck container; `appliance doctor` tests podman") from e

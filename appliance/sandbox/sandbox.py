@@ -28,7 +28,7 @@ from appliance.config import Settings
 from appliance.errors import SandboxError
 from appliance.sandbox.door import DOOR_PORT, DoorListener, ModelDoor
 from appliance.sandbox.image import image_ref
-from appliance.sandbox.podman import LABEL, OWNER_LABEL, podman, podman_bin, podman_env
+from appliance.sandbox.podman import LABEL, OWNER_LABEL, podman, podman_bin, podman_cwd, podman_env
 from appliance.sandbox.shell import Capture, ExecResult, Shell, pump
 
 AGENT_UID = 1000
@@ -207,7 +207,7 @@ class Sandbox:
         out, err = Capture(cap), Capture(cap)
         t0 = time.monotonic()
         proc = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=podman_env(self.settings))
+                                env=podman_env(self.settings), cwd=podman_cwd(self.settings))
         assert proc.stdout and proc.stderr
         finished = pump({proc.stdout: out, proc.stderr: err}, t0 + limit + CLIENT_GRACE_S)
         if not finished:

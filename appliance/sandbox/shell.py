@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import IO, TYPE_CHECKING, Any
 
 from appliance.errors import SandboxError
-from appliance.sandbox.podman import podman, podman_bin, podman_env
+from appliance.sandbox.podman import podman, podman_bin, podman_cwd, podman_env
 
 if TYPE_CHECKING:
     from appliance.sandbox.sandbox import Sandbox
@@ -123,7 +123,8 @@ class Shell:
     def _open(self) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(
             [podman_bin(), "exec", "-i", "-w", "/workspace", self._sb.name, "bash", "--noprofile", "--norc"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=podman_env(self._sb.settings))
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=podman_env(self._sb.settings),
+            cwd=podman_cwd(self._sb.settings))
         assert proc.stdin and proc.stdout
         proc.stdin.write(b"echo $$\n")  # bash leads its process group: kill -- -PID ends it and its children
         proc.stdin.flush()
