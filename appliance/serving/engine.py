@@ -163,8 +163,15 @@ class Engine:
         """Start the server on the current weights; run the start-up canary to record its baseline."""
         if self._proc is not None:
             process.kill(self._proc)
-        self._proc, self.log_path = process.launch(self.settings, self._weights.full, self.model_path)
-        process.wait_healthy(self._proc, self.base_url, self.settings.engine.startup_timeout_s, self.log_path)
+        for attempt in (1, 2):
+            self._proc, self.log_path = process.launch(self.settings, self._weights.full, self.model_path)
+            try:
+                process.wait_healthy(self._proc, self.base_url, self.settings.engine.startup_timeout_s, self.log_path)
+                break
+            except process.EngineStalled as e:
+                if attempt == 2:
+                    raise
+                self.store.add_event(Event("error", f"{e.message}; relaunching", data={"component": "engine"}))
         self._loaded_full = self._weights.full
         if self._weights.lora is not None:
             self._load_adapter(self._weights.adapter_name, self._weights.lora)

@@ -116,9 +116,26 @@ def launch(settings: Settings, weights: Path, tokenizer: Path) -> tuple[subproce
     return proc, log_path
 
 
+class EngineStalled(EngineError):
+    """The server stopped making progress while starting (its log went quiet); a relaunch usually works."""
+
+
+# Seen here: after a killed predecessor, vLLM's EngineCore sometimes waits forever for a worker process
+# that never appears. A healthy start writes to its log every few seconds, so a long silence is a hang.
+STALL_S = 240.0
+
+
 def wait_healthy(proc: subprocess.Popen, base_url: str, timeout_s: float, log_path: Path) -> None:
     deadline = time.monotonic() + timeout_s
+    last_size, last_change = -1, time.monotonic()
     while time.monotonic() < deadline:
+        size = log_path.stat().st_size if log_path.exists() else 0
+        if size != last_size:
+            last_size, last_change = size, time.monotonic()
+        elif time.monotonic() - last_change > STALL_S:
+            kill(proc)
+            raise EngineStalled(f"the engine wrote nothing for {STALL_S:.0f} s while starting",
+                                f"read the end of {log_path}; the start is retried once")
         if proc.poll() is not None:
             raise EngineError(
                 f"the engine exited with code {proc.returncode} while starting",
