@@ -69,6 +69,7 @@ def _start(env: dict[str, str], log: Path) -> subprocess.Popen:
                             env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
+@pytest.mark.timeout(2700)  # up to eight engine starts on two cores
 def test_sigkill_in_every_phase_then_the_run_completes(sandbox_settings: Settings, tiny_model: Path,
                                                       tmp_path: Path) -> None:
     home = tmp_path / "home"
@@ -77,7 +78,7 @@ def test_sigkill_in_every_phase_then_the_run_completes(sandbox_settings: Setting
     log = tmp_path / "run.log"
     killed: list[str] = []
     proc = _start(env, log)
-    deadline = time.monotonic() + 1800
+    deadline = time.monotonic() + 2400
     moments = list(MOMENTS)
     try:
         while moments and time.monotonic() < deadline:
