@@ -22,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 import httpx
 
@@ -55,7 +56,7 @@ BASELINE_PHASES = [Phase.EVALUATE, Phase.DIAGNOSE]
 PHASES = [Phase.SYNTHESIZE, Phase.VALIDATE, Phase.PRACTISE, Phase.TRAIN, Phase.EVALUATE, Phase.DIAGNOSE]
 
 
-class Engine(EngineControl):
+class Engine(EngineControl, Protocol):
     """What the loop needs from the engine beyond training: its URL and the name requests use."""
 
     base_url: str
