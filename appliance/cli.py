@@ -120,6 +120,22 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
     sys.exit(0 if ok else 1)
 
 
+@main.command()
+@click.argument("dest", type=click.Path(dir_okay=False, path_type=Path))
+@click.pass_context
+@friendly_errors
+def backup(ctx: click.Context, dest: Path) -> None:
+    """Copy the store to DEST consistently, while the appliance runs (checkpoints are plain files)."""
+    from appliance.store import Store
+
+    store = Store(settings_of(ctx).db_path)
+    try:
+        store.backup(dest)
+    finally:
+        store.close()
+    click.echo(f"store backed up to {dest}")
+
+
 @main.group(invoke_without_command=True)
 @click.option("--task", "task_path", type=click.Path(exists=True, path_type=Path), default=None,
               help="Task directory or TOML file to run once.")

@@ -249,6 +249,29 @@ class Store:
         migrations.apply(db, stop_before=stop_before)
         return pending
 
+    def backup(self, dest: Path | str) -> Path:
+        """A consistent copy of the store while the appliance runs (SQLite's online backup, WAL included).
+
+        Written next to `dest` first and renamed, so an interrupted backup never leaves a torn file there.
+        """
+        dest = Path(dest)
+        if dest.resolve() == self.path.resolve():
+            raise StoreError(f"refusing to back up the store onto itself ({dest})", "give another file name")
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            partial = dest.with_name(dest.name + ".partial")
+            partial.unlink(missing_ok=True)
+            target = sqlite3.connect(partial)
+            try:
+                self.conn.backup(target, pages=4096)
+            finally:
+                target.close()
+            partial.replace(dest)
+        except (OSError, sqlite3.Error) as e:
+            raise StoreError(f"cannot back up the store to {dest}: {e}",
+                             "check that the destination directory exists and is writable") from e
+        return dest
+
     def applied_migrations(self) -> list[str]:
         return [m.name for m in migrations.applied(sqlite_utils.Database(self.conn))]
 

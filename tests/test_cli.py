@@ -52,3 +52,11 @@ def test_report_prints_markdown_json_and_explains_a_missing_one(tmp_path: Path) 
     assert json.loads(run(["report", "0", "--json"], tmp_path).output) == {"heldout_pass_at_1": 0.5}
     r = CliRunner().invoke(main, ["report", "3"], env={"APPLIANCE_HOME": str(tmp_path)})
     assert r.exit_code == 1 and "no report for iteration 3" in r.output
+
+
+def test_backup_copies_the_store_and_explains_a_bad_destination(tmp_path: Path) -> None:
+    r = run(["backup", str(tmp_path / "out" / "copy.db")], tmp_path / "home")
+    assert r.exit_code == 0 and (tmp_path / "out" / "copy.db").stat().st_size > 0
+    r = CliRunner().invoke(main, ["backup", str(tmp_path / "home" / "appliance.db")],
+                           env={"APPLIANCE_HOME": str(tmp_path / "home")})
+    assert r.exit_code != 0 and "onto itself" in r.output

@@ -192,3 +192,24 @@ def test_evals_and_reports_are_replaced_not_duplicated(store: Store) -> None:
     assert store.report("r", 0) == ({"a": 2}, "# two")
     assert store.report("r") == ({"a": 3}, "# three")
     assert store.report("r", 7) is None
+
+
+def test_backup_is_a_consistent_copy_taken_while_writing(store: Store, tmp_path: Path) -> None:
+    store.create_run("run-1", {"profile": "cpu"})
+    for i in range(50):
+        store.add_rollout(_rollout(f"r{i}", run_id="run-1"))
+    dest = store.backup(tmp_path / "backups" / "copy.db")
+    copy = Store(dest, migrate=False)
+    assert copy.get_run("run-1").config == {"profile": "cpu"}
+    assert copy.conn.execute("SELECT count(*) FROM rollouts").fetchone()[0] == 50
+    assert copy.applied_migrations() == store.applied_migrations()
+    assert not (tmp_path / "backups" / "copy.db.partial").exists()
+    copy.close()
+
+
+def test_backup_refuses_to_overwrite_the_store(store: Store) -> None:
+    from appliance.errors import StoreError
+
+    with pytest.raises(StoreError) as e:
+        store.backup(store.path)
+    assert "onto itself" in e.value.message
