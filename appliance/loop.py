@@ -388,15 +388,17 @@ def run_appliance(settings: Settings, *, iterations: int | None = None, headless
             loop = Loop(settings, store, svc.engine, svc.practice, log)
             sched = scheduler.start(loop)
             try:
-                if headless:
-                    while not stop.is_set() and not loop.finished():
-                        if progress:
-                            progress(progress_line(store, loop.run.id, scheduler.busy.is_set()))
-                        stop.wait(5.0)
-                else:
+                if not headless:  # the TUI is a window onto the run: closing it leaves the run going
                     from appliance.tui import run_tui
 
-                    run_tui(settings, run_id=loop.run.id)
+                    run_tui(settings, run_id=loop.run.id, detach=True, until=stop)
+                    if not stop.is_set() and not loop.finished():
+                        log(f"TUI closed; run {loop.run.id} goes on headless (`appliance tui` reopens the TUI, "
+                            "Ctrl-C or `appliance stop` ends the run)")
+                while not stop.is_set() and not loop.finished():
+                    if progress:
+                        progress(progress_line(store, loop.run.id, scheduler.busy.is_set()))
+                    stop.wait(5.0)
             except KeyboardInterrupt:
                 pass
             finally:

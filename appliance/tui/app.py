@@ -3,6 +3,10 @@
 Everything the app touches from outside comes in through `ApplianceApp(...)`: a store factory (tests
 hand in a fixture store), a system probe, a clock and a token decoder factory, so the same app runs
 against a live appliance over SSH and against a recorded run in a snapshot test.
+
+Opened by `appliance run` (`detach=True`) the app is a window onto the run in the same process, not its
+owner: q (or ctrl+q) closes the window and the run goes on headless; only `until` (set by SIGTERM)
+closes it from outside. A tired key press at 2 a.m. never ends a night's training.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ from appliance.tui.tasks import TasksScreen
 from appliance.tui.trajectory import Decoder
 
 StoreFactory = Callable[[], Store]
+# The loop answers a control request at its safe point, the end of the phase it is in: minutes, on a GPU
+# run sometimes more. Until then the request shows as pending on the controls screen.
+CONTROL_TIMEOUT_S = 1800.0
 
 
 class ApplianceApp(App):
@@ -45,14 +52,17 @@ class ApplianceApp(App):
         Binding("3", "switch_mode('rollouts')", "Rollouts"),
         Binding("4", "switch_mode('reports')", "Reports"),
         Binding("5", "switch_mode('controls')", "Controls"),
-        Binding("q", "quit", "Quit"),
-    ]
+    ]  # and q: Quit, or Detach in `appliance run`'s own window (set in __init__)
 
     def __init__(self, store_factory: StoreFactory, *, run_id: str | None = None, refresh_s: float = 0.5,
                  probe: Callable[[], str] = system_probe, clock: Callable[[], float] = time.time,
                  decoder_factory: Callable[[], Decoder | None] = lambda: None,
-                 control_timeout_s: float = 15.0) -> None:
+                 control_timeout_s: float = CONTROL_TIMEOUT_S, detach: bool = False,
+                 until: threading.Event | None = None) -> None:
         super().__init__()
+        self.detach = detach
+        self.until = until
+        self.bind("q", "quit", description="Detach" if detach else "Quit")
         self.store_factory = store_factory
         self.run_id = run_id
         self.refresh_s = refresh_s
@@ -64,6 +74,14 @@ class ApplianceApp(App):
         self._decoder: Decoder | None = None
         self._decoder_loaded = False
         self._lock = threading.Lock()
+
+    def on_mount(self) -> None:
+        if self.until is not None:
+            self.set_interval(0.2, self._check_until)
+
+    def _check_until(self) -> None:
+        if self.until is not None and self.until.is_set():
+            self.exit()
 
     def open_store(self) -> Store:
         """The store, opened on first use from a worker thread (opening may wait on a migration)."""

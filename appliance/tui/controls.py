@@ -86,6 +86,8 @@ class ControlsScreen(PollingScreen):
 
     async def _send(self, command: ControlCommand) -> None:
         app = self.appliance
+        self.notify("the loop answers when its current phase ends; the request shows below until then",
+                    title=f"{command} requested", timeout=4)
         try:
             answered = await asyncio.to_thread(control.request, app.open_store(), command, run_id=app.run_id,
                                                timeout_s=app.control_timeout_s)

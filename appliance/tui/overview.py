@@ -50,9 +50,11 @@ class OverviewScreen(PollingScreen):
             return OverviewData(run_title(None, "overview"), "", "", system, "", "", "")
         iterations = store.iterations(run.id)
         it = iterations[-1] if iterations else None
-        run_line = f"iteration [b]{it.index}[/b] of {len(iterations)} · policy v{it.policy_version}" if it else \
-            "no iteration yet"
-        timeline = phase_timeline(it, store.phase_events(run.id, it.index), ctx.now) if it else ""
+        # no "of N": iteration 0 is the base model's, and a restart may change the planned count
+        run_line = (f"iteration [b]{it.index}[/b]{' (base model)' if it.index == 0 else ''} · "
+                    f"policy v{it.policy_version}") if it else "no iteration yet"
+        timeline = phase_timeline(it, store.phase_events(run.id, it.index), ctx.now,
+                                  phase_durations(store, run.id, it.index)) if it else ""
         counts = store.rollout_counts(run.id, it.index) if it else {}
         return OverviewData(run_title(run, "overview"), run_line, timeline, system, rollout_line(counts),
                             curves(store, run.id, counts), events_text(store.latest_events(run.id, limit=7,
@@ -64,13 +66,26 @@ class OverviewScreen(PollingScreen):
             self.query_one(f"#ov-{name}", Static).update(getattr(data, name))
 
 
-def phase_timeline(it: Iteration, events: list[Event], now: float) -> str:
+def phase_durations(store: Store, run_id: str, iteration: int) -> dict[str, float]:
+    """How long each finished phase of the iteration took: the loop's `info` event at a phase's end carries
+    data.iteration, data.phase and duration_s. Only the newest few are read (an iteration has six phases)."""
+    found: dict[str, float] = {}
+    for e in store.latest_events(run_id, limit=24, kinds=("info",)):  # newest first: a redone phase's last run
+        if e.data.get("iteration") == iteration and e.data.get("phase") and e.duration_s is not None:
+            found.setdefault(str(e.data["phase"]), e.duration_s)
+    return found
+
+
+def phase_timeline(it: Iteration, events: list[Event], now: float, done: dict[str, float] | None = None) -> str:
     """`synthesize 40s › validate 1m05s › [train 32s] › sync › ...`: done phases with their durations,
     the current one highlighted, the ones to come dimmed.
 
-    The loop writes a `phase` event (data.iteration) when a phase starts; a phase lasts until the next
-    one starts, or `duration_s` when the event carries it.
+    The loop writes a `phase` event (data.iteration) when a phase starts and says how long it took when
+    it ends (`done`, from `phase_durations`). Without that a phase lasts until the next one starts, or
+    `duration_s` when the event carries it. (Seen on a real run: a loop paused between two phases kept
+    the finished phase's clock running when only the starts were read.)
     """
+    done = done or {}
     starts: dict[str, Event] = {}
     for e in events:
         starts.setdefault(e.message, e)
@@ -85,6 +100,8 @@ def phase_timeline(it: Iteration, events: list[Event], now: float) -> str:
         later = [o.created_at for o in ordered if o.created_at > e.created_at]
         if e.duration_s is not None:
             duration = e.duration_s
+        elif phase in done and not current:
+            duration = done[phase]
         elif later:
             duration = later[0] - e.created_at
         elif current:

@@ -3,7 +3,8 @@ clock and probe so the screens render the same on every machine."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -54,3 +55,12 @@ def settle():
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture
+def tmux(tmp_path: Path) -> Iterator[Callable[..., str]]:
+    """`tmux(*args)` against a private server (see tmux_pane.py), killed at the end of the test."""
+    from tmux_pane import tmux_server
+
+    with tmux_server(tmp_path / "tmux.sock") as run:
+        yield run

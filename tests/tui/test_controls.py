@@ -86,3 +86,18 @@ async def test_a_missing_run_is_named_with_a_hint(recorded_store, make_app, sett
         await settle(pilot, "3")
         problem = str(app.screen.query_one("#problem", Static).render())
     assert "no run 'nope'" in problem and "appliance status" in problem
+
+
+async def test_the_run_window_detaches_and_closes_when_the_run_stops(recorded_store, make_app, settle) -> None:
+    """`appliance run`'s own TUI: the footer says q detaches (the run goes on); SIGTERM's event closes it."""
+    import threading
+
+    stop = threading.Event()
+    app = make_app(recorded_store, detach=True, until=stop)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        assert app.active_bindings["q"].binding.description == "Detach"
+        stop.set()
+        await pilot.pause(0.5)
+        assert not app.is_running
+    assert recorded_store.controls("demo") == []  # closing the window sent nothing to the loop

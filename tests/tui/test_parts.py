@@ -41,6 +41,15 @@ def test_phase_timeline_durations_current_and_future() -> None:
     assert line.startswith("synthesize 40s › validate 1m05s › [reverse] practise 10s [/] › [dim]train[/]")
 
 
+def test_a_finished_phase_keeps_its_duration_while_the_loop_waits() -> None:
+    """Paused after evaluate: evaluate took 20 s however long the loop then waits before diagnose."""
+    it = Iteration(1, "r", 0, Phase.DIAGNOSE, IterationStatus.RUNNING, 0, 100.0)
+    events = [Event("phase", "evaluate", "r", {"iteration": 0}, created_at=100.0)]
+    line = phase_timeline(it, events, now=500.0, done={"evaluate": 20.0})
+    assert "evaluate 20s › [reverse] diagnose [/]" in line
+    assert "evaluate 6m40s" in phase_timeline(it, events, now=500.0)  # what the starts alone would say
+
+
 def test_the_bundled_tokenizer_decodes_token_by_token(tmp_path) -> None:
     from appliance.config import load_settings
     from appliance.tui.trajectory import tokenizer_decoder

@@ -7,38 +7,12 @@ import os
 import re
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import pytest
-
 from appliance.store import Store
+from tmux_pane import wait_for  # tests/tui/tmux_pane.py
 
 VENV_BIN = Path(sys.executable).parent
-
-
-@pytest.fixture
-def tmux(tmp_path: Path) -> Iterator[Callable[..., str]]:
-    socket = str(tmp_path / "tmux.sock")  # a private server whose socket goes away with tmp_path
-
-    def run(*args: str) -> str:
-        return subprocess.run(["tmux", "-S", socket, *args], capture_output=True, text=True, check=True).stdout
-
-    yield run
-    subprocess.run(["tmux", "-S", socket, "kill-server"], capture_output=True)
-
-
-def wait_for(what: Callable[[], str], pattern: str, *, timeout_s: float = 60.0) -> str:
-    """Poll until the pane matches; the deadline only bounds a hang, nothing is timed."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        text = what()
-        if re.search(pattern, text):
-            return text
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never saw {pattern!r}; the pane shows:\n{text}")
-        time.sleep(0.2)
 
 
 def test_tui_follows_a_live_appliance(tmp_path: Path, settings, tmux) -> None:

@@ -1,0 +1,170 @@
+"""The TUI in tmux (80×24, 256 colours) against a real appliance: the tiny random model on the CPU vLLM,
+sandboxes in an isolated Podman root, one training iteration.
+
+One engine lifetime covers both ways in. `appliance run` in a terminal opens the TUI; q detaches it and
+the run goes on headless (the same loop `--headless` runs). `appliance tui` then attaches from a second
+terminal, pauses the loop (`appliance status` reports it paused), resumes it and sees the phase move on.
+The run finishes on its own and leaves no sandbox and no engine process behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from appliance.config import Settings, load_settings
+from appliance.sandbox import podman_env
+from tmux_pane import wait_for  # tests/tui/tmux_pane.py
+
+pytestmark = pytest.mark.slow
+
+APPLIANCE = str(Path(sys.executable).parent / "appliance")
+ENGINE_START_S = 1200  # a loaded 2-core machine can take minutes to start vLLM (and may relaunch it once)
+RUN_S = 1500  # the rest of the run: base eval, one iteration with a training step, its eval
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(sandbox_settings: Settings, home: Path, tiny_model: Path) -> dict[str, str]:
+    """The loop test's small run (tests/loop): one family, two tasks, groups of two, one training step."""
+    return {
+        "APPLIANCE_HOME": str(home),
+        "APPLIANCE_PODMAN__GRAPHROOT": str(sandbox_settings.podman_graphroot),
+        "APPLIANCE_PODMAN__ADDITIONAL_IMAGE_STORES": json.dumps([str(p) for p in sandbox_settings.podman.additional_image_stores]),
+        "APPLIANCE_SANDBOX__MEMORY": "256m",
+        "APPLIANCE_ENGINE__MODEL": str(tiny_model),
+        "APPLIANCE_ENGINE__PORT": str(free_port()),
+        "APPLIANCE_ENGINE__MAX_MODEL_LEN": "2048",
+        "APPLIANCE_ENGINE__STARTUP_TIMEOUT_S": "900",
+        "APPLIANCE_PROXY__PORT": str(free_port()),
+        "APPLIANCE_LOOP__FAMILIES": '["files"]',
+        "APPLIANCE_LOOP__TASKS_PER_ITERATION": "2",
+        "APPLIANCE_LOOP__GROUP_SIZE": "2",
+        "APPLIANCE_LOOP__HELDOUT_LEVELS": "[1]",
+        "APPLIANCE_LOOP__HELDOUT_PER_CELL": "2",
+        "APPLIANCE_LOOP__TRAIN_STEPS": "1",
+        "APPLIANCE_LOOP__TICK_S": "0.5",
+        "APPLIANCE_LOOP__ANALYSIS": "false",
+        "APPLIANCE_HARNESS__MAX_TURNS": "2",
+        "APPLIANCE_HARNESS__MAX_TOKENS_PER_CALL": "24",
+        "APPLIANCE_TRAINING__MIN_VALID_ROLLOUTS": "2",
+    }
+
+
+def _script(path: Path, env: dict[str, str], command: str, rc: Path) -> str:
+    """A shell script for a tmux pane: the environment, the command, its exit code in `rc`; the pane then
+    stays open so what the command printed last can still be captured."""
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+    path.write_text(f"{exports}export TERM=xterm-256color\nunset COLORTERM\n"  # a 256-colour SSH terminal
+                    f"{command}\necho $? > {shlex.quote(str(rc))}\nexec sleep 3600\n")
+    return f"sh {shlex.quote(str(path))}"
+
+
+def _status(env: dict[str, str]) -> dict:
+    out = subprocess.run([APPLIANCE, "status", "--json"], env={**os.environ, **env}, capture_output=True, text=True,
+                         check=True).stdout
+    return json.loads(out)
+
+
+def _pgid_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.timeout(ENGINE_START_S + RUN_S + 300)
+def test_run_opens_the_tui_and_tui_steers_the_headless_run(sandbox_settings: Settings, tiny_model: Path,
+                                                           tmp_path: Path, tmux) -> None:
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")} | _env(sandbox_settings, home,
+                                                                                       tiny_model)
+    settings = load_settings(environ=env)
+    run_rc, tui_rc = tmp_path / "run.rc", tmp_path / "tui.rc"
+    tmux("new-session", "-d", "-s", "run", "-x", "80", "-y", "24",
+         _script(tmp_path / "run.sh", env, f"{APPLIANCE} run --iterations 1", run_rc))
+    tmux("set-option", "-t", "run", "history-limit", "5000")
+
+    def pane(target: str, history: bool = False) -> str:
+        return tmux("capture-pane", "-p", "-t", target, *(["-S", "-200"] if history else []))
+
+    def keep(label: str, text: str) -> None:
+        """What the panes showed at each step, kept beside the test's other files for a look afterwards."""
+        with (tmp_path / "panes.txt").open("a") as f:
+            f.write(f"--- {label}\n{text}\n")
+
+    def run_alive() -> None:
+        if run_rc.exists():
+            engine_log = home / "logs" / "engine.log"
+            raise AssertionError(f"`appliance run` exited {run_rc.read_text().strip()}:\n{pane('run', True)}\n"
+                                 + (engine_log.read_text()[-3000:] if engine_log.exists() else ""))
+
+    # 1. `appliance run` in a terminal opens the TUI once the engine serves; q detaches it, the run goes on
+    shown = wait_for(lambda: pane("run"), r"overview · run run-\S+ · RUNNING[\s\S]*iteration \d",
+                     timeout_s=ENGINE_START_S, check=run_alive)
+    keep("run, TUI", shown)
+    assert "q Detach" in shown, shown  # the footer says what q does here
+    engine_pgid = int((home / "engine.pid").read_text())
+    assert _pgid_alive(engine_pgid)
+    tmux("send-keys", "-t", "run", "q")
+    keep("run, detached", wait_for(lambda: pane("run"), r"TUI closed; run run-\S+ goes on headless", check=run_alive))
+    assert _status(env)["run"]["status"] == "running"
+
+    # 2. `appliance tui` attaches from another terminal and pauses the loop (answered when a phase ends)
+    tmux("new-session", "-d", "-s", "tui", "-x", "80", "-y", "24",
+         _script(tmp_path / "tui.sh", env, f"{APPLIANCE} tui --refresh 0.2", tui_rc))
+    wait_for(lambda: pane("tui"), r"overview · run run-\S+ · RUNNING", check=run_alive)
+    tmux("send-keys", "-t", "tui", "5")
+    wait_for(lambda: pane("tui"), r"the loop reports:\s+RUNNING", check=run_alive)
+    tmux("send-keys", "-t", "tui", "p")
+    wait_for(lambda: pane("tui"), r"Pause\?")
+    tmux("send-keys", "-t", "tui", "y")
+    wait_for(lambda: pane("tui"), r"the loop reports:\s+PAUSED", timeout_s=RUN_S, check=run_alive)
+    status = _status(env)
+    assert status["run"]["status"] == "paused"
+    index, phase = status["iterations"][-1]["index"], status["iterations"][-1]["phase"]
+
+    # 3. the overview shows where the loop waits; after resume it shows the phase moving on
+    tmux("send-keys", "-t", "tui", "1")
+    paused = wait_for(lambda: pane("tui"), rf"overview · run run-\S+ · PAUSED\s+iteration {index}\b",
+                      check=run_alive)
+    keep("tui, paused", paused)
+    assert not re.search(rf"\b{phase}\s+\d+s", paused), paused  # the phase the loop waits at has not started
+    tmux("send-keys", "-t", "tui", "5", "r")
+    wait_for(lambda: pane("tui"), r"Resume\?")
+    tmux("send-keys", "-t", "tui", "y")
+    wait_for(lambda: pane("tui"), r"the loop reports:\s+RUNNING", timeout_s=60, check=run_alive)
+    tmux("send-keys", "-t", "tui", "1")
+    # the paused phase starts (its duration appears) or the loop is already past it
+    keep("tui, moved on", wait_for(lambda: pane("tui"), rf"iteration {index}\b[^:][\s\S]*\b{phase}\s+\d+s|"
+                                   rf"iteration {index + 1} ·|· DONE", timeout_s=RUN_S, check=run_alive))
+
+    # 4. the run finishes on its own; the TUI shows it done; nothing is left behind
+    wait_for(lambda: "exited" if run_rc.exists() else "", "exited", timeout_s=RUN_S)
+    assert run_rc.read_text().strip() == "0", pane("run", True)
+    keep("run, exited", pane("run", True))
+    assert re.search(r"run run-\S+: done", pane("run", True))
+    keep("tui, done", wait_for(lambda: pane("tui"), r"overview · run run-\S+ · DONE"))
+    tmux("send-keys", "-t", "tui", "q")
+    wait_for(lambda: tui_rc.read_text() if tui_rc.exists() else "", r"^0$")
+    assert _status(env)["run"]["status"] == "done"
+    left = subprocess.run(["podman", "ps", "-aq", "--filter", "label=appliance.sandbox"], capture_output=True,
+                          text=True, env=podman_env(settings)).stdout.split()
+    assert left == []
+    assert not _pgid_alive(engine_pgid)
+    engines = subprocess.run(["pgrep", "-f", f"--port {env['APPLIANCE_ENGINE__PORT']}"], capture_output=True, text=True)
+    assert engines.stdout.strip() == ""
