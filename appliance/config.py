@@ -132,6 +132,12 @@ class TrainingSettings(Section):
     )
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward (less memory, ~30% slower).")
     seed: int = Field(0, description="Seed for LoRA initialisation and data order.")
+    processes: int = Field(
+        1, ge=0,
+        description="Trainer processes of a LEARN phase: 1 trains in the appliance's process; N > 1 launches N "
+        "data-parallel workers through accelerate (one per GPU over NCCL, or gloo on the CPU), each step's whole "
+        "groups sharded over them and gradients summed; 0 = one per visible GPU (1 without a GPU).",
+    )
 
 
 class HarnessSettings(Section):
@@ -211,7 +217,8 @@ PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
     "gpu": {
         "engine": {"dtype": "bfloat16", "enforce_eager": False, "enable_sleep_mode": True},
         "sandbox": {"max_concurrent": 32},
-        "training": {"dtype": "bfloat16", "gradient_checkpointing": True},
+        # one trainer process per GPU while serving sleeps (the engine spans them with tensor_parallel_size)
+        "training": {"dtype": "bfloat16", "gradient_checkpointing": True, "processes": 0},
     },
 }
 

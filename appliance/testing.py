@@ -137,6 +137,28 @@ class FakeEngine:
             time.sleep(self.delays[name])
 
 
+# --- training: a multi-process trainer worker that fails on one rank -----------------------------------
+
+# What `appliance.training.multiprocess` launches instead of its worker when a test sets its WORKER to this.
+FAILING_TRAIN_WORKER = ("appliance.testing", "failing-train-worker")
+
+
+def failing_train_worker(argv: list[str]) -> None:
+    """The real trainer worker, except that rank $APPLIANCE_TEST_FAIL_RANK (default 1) raises at its first GRPO
+    step: after the model loaded, while the other ranks wait for it in the gradient all-reduce."""
+    import os
+
+    from appliance.training import trainer, worker
+
+    fail_rank = int(os.environ.get("APPLIANCE_TEST_FAIL_RANK", "1"))
+    if int(os.environ.get("RANK", "0")) == fail_rank:
+        def fail(self, batch):
+            raise RuntimeError(f"injected failure of training worker rank {fail_rank} (appliance.testing)")
+
+        trainer.PolicyTrainer.grpo_step = fail
+    worker.main(argv)
+
+
 # --- harness: a scripted OpenAI-compatible policy, a fake shell, a fake clock ---------------------------
 
 import json  # noqa: E402  (each section keeps its imports beside it)
@@ -619,3 +641,9 @@ def serve_instant_engine(port: int, n_tokens: int = 16) -> None:
     import uvicorn
 
     uvicorn.run(instant_engine_app(n_tokens), host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+if __name__ == "__main__":  # a stand-in process a test launches: python -m appliance.testing NAME ARGS...
+    import sys
+
+    {"failing-train-worker": failing_train_worker}[sys.argv[1]](sys.argv[2:])

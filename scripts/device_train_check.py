@@ -1,6 +1,7 @@
 """One GRPO step on a GPU: tokens/s and model FLOP utilisation of the trainer, for a ~0.5B random llama.
 
     python scripts/device_train_check.py [--mode full|lora|both] [--seqs 32] [--seq-len 1024] [--micro 8]
+                                         [--processes N]
 
 Standalone: needs torch, transformers, peft and TRL only (no vLLM, no store, no model download; the model
 is random-initialised from a config, the tokens are random). It runs the appliance's own loss code
@@ -9,7 +10,15 @@ is random-initialised from a config, the tokens are random). It runs the applian
 ratio against recorded logprobs (token_truncate), the DAPO loss, backward, clip, AdamW. One warm-up step,
 then `--steps` timed steps. Prints one JSON object. Budget: well under 5 minutes on one H200.
 
-MFU = achieved model FLOP/s / peak bf16 dense FLOP/s (`--peak-tflops`, default 989 for H100/H200 SXM).
+Several GPUs (`--processes`, default one per visible GPU): the script relaunches itself through
+`accelerate launch` (as `training.processes` does, see appliance/training/multiprocess.py), one process per
+GPU over NCCL. The step's `--seqs` sequences are dealt over the processes by micro-batch, the loss keeps
+the whole step's normaliser, and the gradients are summed with the appliance's own all-reduce
+(appliance/training/distributed.py) before the identical optimizer steps; rank 0 prints the JSON. On one
+GPU (or `--processes 1`) nothing is relaunched. `--device cpu --processes 2` smoke-tests that path (gloo).
+
+MFU = achieved model FLOP/s / peak bf16 dense FLOP/s (`--peak-tflops`, default 989 for H100/H200 SXM),
+over all processes: tokens of the whole step x FLOPs per token / step time / (peak x processes).
 Model FLOPs per token (PaLM appendix B, causal attention counted in full): forward 2N + 2*n_layer*s*d_attn;
 backward twice the forward for a full fine-tune; for LoRA the frozen weights need no weight gradient, so
 backward is ~1x the forward matmuls (activation gradients) plus the tiny adapter terms. N excludes the
@@ -20,7 +29,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -59,9 +71,10 @@ def flops_per_token(config, n_matmul: int, seq_len: int, mode: str) -> float:
 def run(mode: str, args: argparse.Namespace) -> dict:
     import torch
 
+    from appliance.training.distributed import all_reduce_grads, broadcast_params
     from appliance.training.loss import Normaliser, engine_is_ratio, pack, policy_loss, token_logps
 
-    cuda = args.device == "cuda"
+    cuda = args.device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -71,6 +84,8 @@ def run(mode: str, args: argparse.Namespace) -> dict:
     # tied embeddings: the one matrix costs FLOPs once, as the output projection; norms cost none
     n_matmul = n_total - sum(p.numel() for n, p in base.named_parameters() if "norm" in n)
     params = [p for p in model.parameters() if p.requires_grad]
+    if args.world > 1:
+        broadcast_params(params)
     opt = torch.optim.AdamW(params, lr=1e-5)
     cfg = SimpleNamespace(loss_type="dapo", epsilon=0.2, epsilon_high=0.28, beta=0.0, is_mode="token_truncate",
                           is_cap=3.0, is_min=None)
@@ -85,9 +100,10 @@ def run(mode: str, args: argparse.Namespace) -> dict:
     masks = [mask_row] * args.seqs
     logprobs = [[-2.0 * m for m in mask_row]] * args.seqs
     adv = torch.randn(args.seqs, generator=g).tolist()
-    micro = [pack(ids[i: i + args.micro], masks[i: i + args.micro], logprobs[i: i + args.micro],
+    every = [pack(ids[i: i + args.micro], masks[i: i + args.micro], logprobs[i: i + args.micro],
                   adv[i: i + args.micro], pad_id=0, max_len=args.seq_len) for i in range(0, args.seqs, args.micro)]
-    norm = Normaliser(args.seqs, sum(b.trained_tokens for b in micro), args.seq_len)
+    norm = Normaliser(args.seqs, sum(b.trained_tokens for b in every), args.seq_len)  # the whole step's
+    micro = every[args.rank:: args.world]  # this process's share of the step
 
     def step() -> float:
         opt.zero_grad(set_to_none=True)
@@ -99,6 +115,8 @@ def run(mode: str, args: argparse.Namespace) -> dict:
             ratio, _ = engine_is_ratio(old, eng, mask, cfg)
             loss, _ = policy_loss(logps, old, None, ratio, mask, a, cfg, norm)
             loss.backward()
+        if args.world > 1:
+            all_reduce_grads(params)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         return float(loss.detach())
@@ -118,11 +136,12 @@ def run(mode: str, args: argparse.Namespace) -> dict:
     fpt = flops_per_token(config, n_matmul, args.seq_len, mode)
     achieved = tokens * fpt / step_s
     out = {
-        "mode": mode, "params": n_total, "trainable_params": sum(p.numel() for p in params),
+        "mode": mode, "processes": args.world, "micro_batches_per_process": len(micro), "params": n_total, "trainable_params": sum(p.numel() for p in params),
         "tokens_per_step": tokens, "trained_tokens_per_step": norm.tokens, "micro_batch": args.micro,
         "seq_len": args.seq_len, "warmup_s": round(warmup_s, 3), "step_s_median": round(step_s, 4),
         "step_s_all": [round(t, 4) for t in times], "tokens_per_s": round(tokens / step_s, 1),
-        "model_tflops_per_s": round(achieved / 1e12, 2), "mfu": round(achieved / (args.peak_tflops * 1e12), 4),
+        "model_tflops_per_s": round(achieved / 1e12, 2),
+        "mfu": round(achieved / (args.peak_tflops * 1e12 * args.world), 4),
         "flops_per_token": fpt, "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
     }
     del model, opt, micro
@@ -144,6 +163,7 @@ def main() -> None:
     p.add_argument("--kv-heads", type=int, default=4)
     p.add_argument("--device", default="cuda", help="cpu only for a smoke test of this script with tiny sizes")
     p.add_argument("--peak-tflops", type=float, default=989.0, help="bf16 dense peak of the GPU")
+    p.add_argument("--processes", type=int, default=0, help="data-parallel processes; 0 = one per visible GPU")
     args = p.parse_args()
 
     import torch
@@ -152,13 +172,42 @@ def main() -> None:
 
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("no CUDA device: this check is for a GPU machine")
+    processes = args.processes or (torch.cuda.device_count() if args.device == "cuda" else 1)
+    if processes > 1 and "LOCAL_RANK" not in os.environ:
+        if -(-args.seqs // args.micro) < processes:
+            sys.exit(f"--seqs {args.seqs} / --micro {args.micro} gives fewer micro-batches than {processes} processes")
+        sys.exit(relaunch(processes))
+    args.rank, args.world = 0, 1
+    if "LOCAL_RANK" in os.environ:  # one of the relaunched processes
+        from accelerate import PartialState
+
+        state = PartialState(cpu=args.device == "cpu")
+        args.rank, args.world = state.process_index, state.num_processes
+        args.device = str(state.device)
     torch.backends.cuda.matmul.allow_tf32 = True
     report = {
-        "device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu", "torch": torch.__version__,
-        "transformers": transformers.__version__, "trl": trl.__version__, "peak_tflops": args.peak_tflops,
+        "device": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "cpu",
+        "torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
+        "peak_tflops": args.peak_tflops, "processes": args.world,
         "results": [run(m, args) for m in (["full", "lora"] if args.mode == "both" else [args.mode])],
     }
-    print(json.dumps(report, indent=2))
+    if args.rank == 0:
+        print(json.dumps(report, indent=2))
+    if args.world > 1:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+
+
+def relaunch(processes: int) -> int:
+    """This script again, in `processes` processes through accelerate launch (one per GPU); its exit code."""
+    from appliance.training.multiprocess import accelerate_config
+
+    with tempfile.TemporaryDirectory(prefix="device-train-check-") as tmp:
+        config = Path(tmp) / "accelerate.json"
+        config.write_text(json.dumps(accelerate_config(processes)))
+        return subprocess.call([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
+                                "--num_processes", str(processes), __file__, *sys.argv[1:]])
 
 
 if __name__ == "__main__":

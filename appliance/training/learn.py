@@ -13,6 +13,10 @@ Each transition is an event row with its duration, and each step's metrics a row
 TUI draws the timeline and the learning curve. The trainer is built per phase and freed
 afterwards, so its memory is back for serving; resume-from-checkpoint is therefore the normal path, tested
 on every phase, not a recovery path that rots.
+
+`training.processes` = 1 trains in this process. More (0 = one per visible GPU) runs the same steps in
+that many data-parallel workers launched through accelerate while serving sleeps (`multiprocess.py`); the
+workers' rank 0 saves the checkpoint and reports the steps' metrics, which this process records.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import Callable, Iterator, Protocol
 
 from appliance.config import Settings
 from appliance.schemas import Checkpoint, Event, Rollout, Sample
@@ -82,8 +86,8 @@ def split_groups(batch: GroupedBatch, steps: int) -> list[GroupedBatch]:
 def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: list[Rollout], samples: list[Sample],
           *, run_id: str | None, iteration: int | None, steps: int = 1) -> LearnResult:
     """Train on the rollouts' samples while the engine is paused; returns the new policy version and metrics."""
-    from appliance.training.sft import sft, successful_samples
-    from appliance.training.trainer import PolicyTrainer
+    from appliance.training.multiprocess import resolve_processes
+    from appliance.training.sft import successful_samples
 
     cfg = settings.training
     batch = build_groups(rollouts, samples, min_valid_rollouts=cfg.min_valid_rollouts,
@@ -103,33 +107,48 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
         result.steps.append(_batch_metrics(batch))
         return result
 
+    processes = resolve_processes(cfg)  # a bad training.processes fails here, before serving pauses
+    parts = split_groups(batch, steps) if cfg.method in ("grpo", "both") and batch.samples else []
+    resume_from, resume_kind = (Path(latest.path), latest.kind) if latest else (None, None)
+
+    def record(step: dict[str, float]) -> None:
+        nonlocal global_step
+        global_step += 1
+        result.steps.append(step)
+        store.add_metrics(run_id, global_step, step)
+
     with _timed(timings, "pause_s"):
         engine.pause_for_training()
     note("engine paused for training", timings["pause_s"])
     trainer, synced = None, False
     try:
-        with _timed(timings, "load_s"):
-            trainer = PolicyTrainer(cfg, settings.model_path,
-                                    resume_from=Path(latest.path) if latest else None,
-                                    resume_kind=latest.kind if latest else None)
-        with _timed(timings, "train_s"):
-            if sft_samples:  # SFT first: it moves the policy toward its own successes, GRPO then sharpens
-                global_step += 1
-                result.steps.append(sft(trainer, sft_samples))
-                store.add_metrics(run_id, global_step, result.steps[-1])
-            parts = split_groups(batch, steps) if cfg.method in ("grpo", "both") and batch.samples else []
-            for part in parts:
-                global_step += 1
-                result.steps.append(trainer.grpo_step(part))
-                store.add_metrics(run_id, global_step, result.steps[-1])
-        note("trained", timings["train_s"], steps=len(result.steps), global_step=global_step)
         version = engine.policy_version + 1
         path = settings.checkpoints_dir / f"v{version}"
-        with _timed(timings, "save_s"):
-            kind = trainer.save(path)
-        del trainer  # free the trainer's memory before the engine wakes into it
-        trainer = None
-        _free_memory()
+        if processes == 1:
+            from appliance.training.trainer import PolicyTrainer
+
+            with _timed(timings, "load_s"):
+                trainer = PolicyTrainer(cfg, settings.model_path, resume_from=resume_from, resume_kind=resume_kind)
+            with _timed(timings, "train_s"):
+                run_steps(trainer, sft_samples, parts, record)
+            note("trained", timings["train_s"], steps=len(result.steps), global_step=global_step)
+            with _timed(timings, "save_s"):
+                kind = trainer.save(path)
+            del trainer  # free the trainer's memory before the engine wakes into it
+            trainer = None
+            _free_memory()
+        else:
+            from appliance.training.multiprocess import train_in_workers
+
+            out = train_in_workers(settings, processes, resume_from=resume_from, resume_kind=resume_kind,
+                                   sft_samples=sft_samples, parts=parts, save_to=path)
+            for step in out.steps:
+                record(step)
+            kind = out.kind
+            timings["train_s"], timings["save_s"] = out.timings["train_s"], out.timings["save_s"]
+            # launching the workers, their imports and model load, and their exit count as loading
+            timings["load_s"] = max(0.0, out.wall_s - timings["train_s"] - timings["save_s"])
+            note("trained", timings["train_s"], steps=len(result.steps), global_step=global_step, processes=processes)
         synced = True  # from here on the engine, not this phase, brings serving back
         with _timed(timings, "sync_s"):
             result.policy_version = engine.load_weights(path, kind)
@@ -146,6 +165,18 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
             note("serving resumed without new weights", timings["resume_s"], policy_version=engine.policy_version)
     store.add_metrics(run_id, global_step, {k: v for k, v in timings.items()})
     return result
+
+
+def run_steps(trainer, sft_samples: list[Sample], parts: list[GroupedBatch],
+              record: Callable[[dict[str, float]], None]) -> None:
+    """The phase's optimizer work on one trainer: SFT first (it moves the policy toward its own successes,
+    GRPO then sharpens), then one GRPO step per part; `record` gets each step's metrics as it ends."""
+    from appliance.training.sft import sft
+
+    if sft_samples:
+        record(sft(trainer, sft_samples))
+    for part in parts:
+        record(trainer.grpo_step(part))
 
 
 def _batch_metrics(batch: GroupedBatch) -> dict[str, float]:

@@ -8,10 +8,13 @@ Hugging Face folder with config and tokenizer (what vLLM's reload_weights reads)
 
 One optimizer step per `grpo_step` call: the samples of a step are the fresh rollouts of the current
 policy version, so the PPO ratio starts at 1 (TRL's num_iterations=1); micro-batches accumulate gradients.
+Built inside a torch.distributed process group (a worker of `training.processes` > 1), the trainer is one
+data-parallel replica: it trains its shard of each step's groups and sums gradients with the others.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,7 @@ from appliance.config import TrainingSettings
 from appliance.errors import ApplianceError
 from appliance.schemas import Sample
 from appliance.training.advantages import GroupedBatch
+from appliance.training.distributed import all_reduce_grads, broadcast_params, gather_partials, shard_groups, world
 from appliance.training.loss import (
     Normaliser,
     PackedBatch,
@@ -84,6 +88,10 @@ class PolicyTrainer:
             # With LoRA the reference is the same model with the adapter disabled; a full fine-tune needs a copy.
             self.ref_model = AutoModelForCausalLM.from_pretrained(self.base_model, dtype=dtype).to(self.device).eval()
         params = [p for p in self.model.parameters() if p.requires_grad]
+        # in a process group (a worker of a multi-process LEARN phase): this rank of `world` replicas
+        self.rank, self.world = world()
+        if self.world > 1:
+            broadcast_params(params)
         self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         if resume_from is not None and (resume_from / OPTIMIZER_FILE).exists():
             self.optimizer.load_state_dict(torch.load(resume_from / OPTIMIZER_FILE, map_location=self.device))
@@ -107,7 +115,12 @@ class PolicyTrainer:
         return out
 
     def grpo_step(self, batch: GroupedBatch) -> dict[str, float]:
-        """One optimizer step on the grouped samples; returns the step's metrics (see `appliance train`)."""
+        """One optimizer step on the grouped samples; returns the step's metrics (see `appliance train`).
+
+        In a process group (a worker of a multi-process LEARN phase) this rank trains on its shard of the
+        step's whole groups, the loss still normalised over the whole step; the gradients and the
+        statistics are summed over the ranks before the (identical) optimizer step. See `distributed.py`.
+        """
         cfg, t0 = self.cfg, time.perf_counter()
         metrics: dict[str, float] = {
             "reward_mean": batch.reward_mean, "reward_std": batch.reward_std,
@@ -115,18 +128,53 @@ class PolicyTrainer:
             "zero_std_groups": batch.zero_std_groups, "infra_error_rate": batch.infra_error_rate,
             "rollouts": batch.rollouts, "samples": len(batch.samples),
         }
-        trainable = [s for s in batch.samples if any(s.mask[1: cfg.max_seq_len])]
+        trainable = self.trainable(batch.samples)
         if not trainable:
             metrics.update(loss=0.0, trained_tokens=0, step_time_s=time.perf_counter() - t0, tokens_per_s=0.0)
             return metrics
-        micro = [self.pack(trainable[i: i + cfg.micro_batch_size])
-                 for i in range(0, len(trainable), cfg.micro_batch_size)]
-        norm = Normaliser(sequences=len(trainable), tokens=sum(b.trained_tokens for b in micro), max_len=cfg.max_seq_len)
+        norm = self.normaliser(trainable)
+        mine = trainable if self.world == 1 else shard_groups(trainable, self.rank, self.world, max_len=cfg.max_seq_len)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        loss_total, seen_tokens = 0.0, 0
-        gaps, ratios, clipped, weights, extra = [], [], [], [], []
-        for b in micro:
+        partial = self.backward(mine, norm)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if self.world > 1:
+            all_reduce_grads(params)
+            partial = _combine(gather_partials(partial))
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        step_time = time.perf_counter() - t0
+        metrics.update(
+            loss=partial["loss"], grad_norm=float(grad_norm), trained_tokens=norm.tokens, tokens=partial["tokens"],
+            step_time_s=step_time, tokens_per_s=partial["tokens"] / step_time,
+            logprob_gap_mean=partial["gap_sum"] / partial["gap_n"], logprob_gap_max=partial["gap_max"],
+        )
+        if partial["ratio_n"]:
+            metrics.update(is_ratio_mean=partial["ratio_sum"] / partial["ratio_n"], is_ratio_min=partial["ratio_min"],
+                           is_ratio_max=partial["ratio_max"], is_clipped_frac=partial["clipped"] / partial["ratio_n"])
+        total = partial["extra_n"] or 1
+        for key, value in partial["extra"].items():
+            metrics[key] = value / total
+        return metrics
+
+    def trainable(self, samples: list[Sample]) -> list[Sample]:
+        """The samples with a trained token within max_seq_len (the others add nothing to a step)."""
+        return [s for s in samples if any(s.mask[1: self.cfg.max_seq_len])]
+
+    def normaliser(self, trainable: list[Sample]) -> Normaliser:
+        """The step's denominators, over every sample of the step, whichever rank trains it."""
+        return Normaliser(sequences=len(trainable), tokens=sum(sum(s.mask[1: self.cfg.max_seq_len]) for s in trainable),
+                          max_len=self.cfg.max_seq_len)
+
+    def backward(self, samples: list[Sample], norm: Normaliser) -> dict[str, Any]:
+        """Forward and backward over `samples` in micro-batches (gradients accumulate); the statistics' sums."""
+        cfg = self.cfg
+        out: dict[str, Any] = {"loss": 0.0, "tokens": 0, "gap_sum": 0.0, "gap_n": 0, "gap_max": -math.inf,
+                               "ratio_sum": 0.0, "ratio_n": 0, "ratio_min": math.inf, "ratio_max": -math.inf,
+                               "clipped": 0, "extra": {}, "extra_n": 0}
+        for i in range(0, len(samples), cfg.micro_batch_size):
+            b = self.pack(samples[i: i + cfg.micro_batch_size])
             start = first_trained_position(b.mask)
             ids, attn = b.input_ids.to(self.device), b.attention_mask.to(self.device)
             mask, eng = b.mask[:, start:].to(self.device), b.engine_logps[:, start:].to(self.device)
@@ -137,34 +185,27 @@ class PolicyTrainer:
             is_ratio, is_stats = (engine_is_ratio(old, eng, mask, cfg) if cfg.is_mode != "none" else (None, None))
             loss, stats = policy_loss(logps, old, ref, is_ratio, mask, adv, cfg, norm)
             loss.backward()
-            loss_total += float(loss.detach())
-            seen_tokens += int(attn.sum())
-            gaps.append((old - eng).abs()[mask > 0])
+            out["loss"] += float(loss.detach())
+            out["tokens"] += int(attn.sum())
+            gap = (old - eng).abs()[mask > 0]
+            if gap.numel():
+                out["gap_sum"] += float(gap.sum())
+                out["gap_n"] += gap.numel()
+                out["gap_max"] = max(out["gap_max"], float(gap.max()))
             if is_stats is not None:
                 w = is_stats["weight_mask"] > 0
-                ratios.append(is_stats["raw"][w])
-                clipped.append(is_stats["clipped"][w])
-                weights.append(int(w.sum()))
-            extra.append((stats, int(mask.sum())))
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            [p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        step_time = time.perf_counter() - t0
-        gap = torch.cat(gaps)
-        metrics.update(
-            loss=loss_total, grad_norm=float(grad_norm), trained_tokens=norm.tokens, tokens=seen_tokens,
-            step_time_s=step_time, tokens_per_s=seen_tokens / step_time,
-            logprob_gap_mean=float(gap.mean()), logprob_gap_max=float(gap.max()),
-        )
-        if ratios:
-            r, c = torch.cat(ratios), torch.cat(clipped)
-            metrics.update(is_ratio_mean=float(r.mean()), is_ratio_min=float(r.min()), is_ratio_max=float(r.max()),
-                           is_clipped_frac=float(c.float().mean()))
-        total = sum(n for _, n in extra) or 1
-        for key in {k for s, _ in extra for k in s}:
-            metrics[key] = sum(s.get(key, 0.0) * n for s, n in extra) / total
-        return metrics
+                raw, clipped = is_stats["raw"][w], is_stats["clipped"][w]
+                if raw.numel():
+                    out["ratio_sum"] += float(raw.sum())
+                    out["ratio_n"] += raw.numel()
+                    out["ratio_min"] = min(out["ratio_min"], float(raw.min()))
+                    out["ratio_max"] = max(out["ratio_max"], float(raw.max()))
+                    out["clipped"] += int(clipped.sum())
+            n = int(mask.sum())
+            for key, value in stats.items():
+                out["extra"][key] = out["extra"].get(key, 0.0) + value * n
+            out["extra_n"] += n
+        return out
 
     def _ref_logps(self, ids: torch.Tensor, attn: torch.Tensor, start: int) -> torch.Tensor:
         with torch.no_grad():
@@ -187,3 +228,18 @@ class PolicyTrainer:
     def trainable_state(self) -> dict[str, Any]:
         """A detached copy of the trained parameters (the LoRA weights, or every weight)."""
         return {n: p.detach().clone().cpu() for n, p in self.model.named_parameters() if p.requires_grad}
+
+
+def _combine(partials: list[dict[str, Any]]) -> dict[str, Any]:
+    """The step's statistics from every rank's sums: sums add, minima and maxima combine."""
+    out = dict(partials[0])
+    out["extra"] = dict(out["extra"])
+    for p in partials[1:]:
+        for key in ("loss", "tokens", "gap_sum", "gap_n", "ratio_sum", "ratio_n", "clipped", "extra_n"):
+            out[key] += p[key]
+        out["gap_max"] = max(out["gap_max"], p["gap_max"])
+        out["ratio_max"] = max(out["ratio_max"], p["ratio_max"])
+        out["ratio_min"] = min(out["ratio_min"], p["ratio_min"])
+        for key, value in p["extra"].items():
+            out["extra"][key] = out["extra"].get(key, 0.0) + value
+    return out

@@ -1,0 +1,170 @@
+"""The multi-process trainer (training.processes > 1): whole-group shards, global normalisers, workers launched
+through accelerate (gloo on the CPU) that reproduce the in-process step, and a failing worker."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from appliance.config import TrainingSettings
+from appliance.errors import ApplianceError
+from appliance.schemas import Outcome, Rollout, RolloutStatus, Sample
+from appliance.testing import FAILING_TRAIN_WORKER, FakeEngine
+from appliance.training import multiprocess
+from appliance.training.advantages import build_groups
+from appliance.training.distributed import shard_groups
+from appliance.training.learn import learn
+
+# a prompt, two assistant turns with a tool result between them
+MASK = [0] * 10 + [1] * 6 + [0] * 4 + [1] * 4
+
+
+def practice(groups: dict[str, list[float | None]], seed: int = 0, extra: dict[str, int] | None = None):
+    """Rollouts and samples; `extra` gives a group's samples that many more tokens (uneven shards)."""
+    rng = random.Random(seed)
+    rollouts, samples = [], []
+    for g, rewards in groups.items():
+        mask = MASK + [1] * (extra or {}).get(g, 0)
+        for i, r in enumerate(rewards):
+            rid = f"{g}-{i}"
+            outcome = Outcome.INFRA_ERROR if r is None else (Outcome.SUCCESS if r > 0 else Outcome.FAILURE)
+            rollouts.append(Rollout(rid, "run", "t", g, 0, "builtin", 0, RolloutStatus.FINISHED,
+                                    outcome=outcome, reward=r or 0.0))
+            samples.append(Sample(rid, g, 0, [rng.randrange(2, 2000) for _ in mask], list(mask),
+                                  [-5.0 * m for m in mask], r or 0.0, 0))
+    return rollouts, samples
+
+
+def test_shards_are_whole_groups_balanced_by_tokens():
+    _, samples = practice({"a": [1.0, 0.0, 1.0], "b": [0.0, 1.0], "c": [1.0, 0.0], "d": [0.0, 1.0]},
+                          extra={"a": 40})
+    shards = [shard_groups(samples, rank, 2, max_len=4096) for rank in range(2)]
+    assert [sorted({s.group_id for s in shard}) for shard in shards] == [["a"], ["b", "c", "d"]]
+    assert sorted(s.rollout_id for shard in shards for s in shard) == sorted(s.rollout_id for s in samples)
+    assert shard_groups(samples, 0, 1, max_len=4096) == samples
+    assert shard_groups(samples[:2], 1, 2, max_len=4096) == []  # one group, two ranks: rank 1 idles
+
+
+def test_processes_resolve_to_the_visible_gpus():
+    assert multiprocess.resolve_processes(TrainingSettings()) == 1
+    assert multiprocess.resolve_processes(TrainingSettings(processes=0), gpus=0) == 1
+    assert multiprocess.resolve_processes(TrainingSettings(processes=0), gpus=8) == 8
+    assert multiprocess.resolve_processes(TrainingSettings(processes=2), gpus=0) == 2  # gloo on the CPU
+    with pytest.raises(ApplianceError, match="only 2 GPU"):
+        multiprocess.resolve_processes(TrainingSettings(processes=4), gpus=2)
+
+
+def test_gpu_profile_trains_on_every_gpu():
+    from appliance.config import load_settings
+
+    assert load_settings(environ={"APPLIANCE_PROFILE": "gpu", "APPLIANCE_HOME": "/nonexistent"}).training.processes == 0
+    assert load_settings(environ={"APPLIANCE_HOME": "/nonexistent"}).training.processes == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo", "gspo"])
+def test_shard_gradients_sum_to_the_whole_steps(tiny_model, loss_type):
+    """What each rank computes (its shard, the step's normaliser) sums to the one-process gradient."""
+    import torch
+
+    from appliance.training.trainer import PolicyTrainer
+
+    trainer = PolicyTrainer(TrainingSettings(loss_type=loss_type, micro_batch_size=2, beta=0.05), tiny_model)
+    rollouts, samples = practice({"a": [1.0, 0.0, 1.0], "b": [0.0, 1.0], "c": [1.0, 0.0, 0.0, 1.0]},
+                                 extra={"b": 7})
+    trainable = trainer.trainable(build_groups(rollouts, samples).samples)
+    norm = trainer.normaliser(trainable)
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+
+    def grads(part):
+        trainer.optimizer.zero_grad(set_to_none=True)
+        stats = trainer.backward(part, norm)
+        return [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params], stats
+
+    whole, whole_stats = grads(trainable)
+    shards = [grads(shard_groups(trainable, rank, 2, max_len=4096)) for rank in range(2)]
+    assert all(len(shard_groups(trainable, rank, 2, max_len=4096)) for rank in range(2))
+    summed = [a + b for a, b in zip(shards[0][0], shards[1][0], strict=True)]
+    assert any(g.abs().sum() > 0 for g in whole)
+    for w, s in zip(whole, summed, strict=True):
+        torch.testing.assert_close(s, w, rtol=1e-5, atol=1e-8)
+    assert shards[0][1]["loss"] + shards[1][1]["loss"] == pytest.approx(whole_stats["loss"], rel=1e-5, abs=1e-8)
+
+
+@pytest.fixture
+def tiny_settings(settings, tiny_model):
+    settings.engine.model = tiny_model
+    settings.training.method = "grpo"  # pinned: profiles choose their own default
+    settings.training.learning_rate = 1e-2
+    settings.training.micro_batch_size = 2
+    settings.training.loss_type = "grpo"
+    return settings
+
+
+def job_processes(home) -> list[int]:
+    return multiprocess._job_processes(home)
+
+
+@pytest.mark.slow
+def test_two_workers_take_the_same_step_as_one_process(store, tiny_settings, tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    from appliance.store import Store
+
+    groups = {"a": [1.0, 0.0, 1.0], "b": [0.0, 1.0, None], "c": [1.0, 0.0, 0.0, 1.0]}
+    one_settings = tiny_settings.model_copy(deep=True)
+    one_settings.home = tmp_path / "one"
+    one_store = Store(one_settings.db_path)
+    one = learn(one_store, one_settings, FakeEngine(), *practice(groups, extra={"b": 7}), run_id="run", iteration=0)
+    one_store.close()
+
+    tiny_settings.training.processes = 2
+    engine = FakeEngine()
+    two = learn(store, tiny_settings, engine, *practice(groups, extra={"b": 7}), run_id="run", iteration=0)
+
+    assert engine.calls == ["pause", "sync"] and two.policy_version == 1
+    ckpt = store.latest_checkpoint("run")
+    assert ckpt.path == str(tiny_settings.checkpoints_dir / "v1") and ckpt.metrics["global_step"] == 1
+    # metrics recorded once, by the parent, with the whole step's counts
+    assert len(store.metric_series("run", "loss")) == 1
+    assert two.steps[0]["trained_tokens"] == one.steps[0]["trained_tokens"] == 9 * 10 + 2 * 7
+    assert two.steps[0]["samples"] == one.steps[0]["samples"] == 9
+    # grad_norm is the summed gradient's norm before clipping: a per-rank normaliser (or DDP's average) halves it
+    for key in ("loss", "grad_norm", "logprob_gap_mean", "logprob_gap_max", "is_ratio_mean", "is_ratio_min",
+                "is_ratio_max", "clip_ratio"):
+        assert two.steps[0][key] == pytest.approx(one.steps[0][key], rel=1e-4, abs=1e-7), key
+    assert {"load_s", "train_s", "save_s", "sync_s", "pause_s"} <= {
+        name for name in ("load_s", "train_s", "save_s", "sync_s", "pause_s") if store.metric_series("run", name)}
+    assert [e.data.get("processes") for e in store.events("run", kind="train") if e.message == "trained"] == [2]
+
+    a = load_file(str(one_settings.checkpoints_dir / "v1" / "adapter_model.safetensors"))
+    b = load_file(str(tiny_settings.checkpoints_dir / "v1" / "adapter_model.safetensors"))
+    assert a.keys() == b.keys()
+    assert any(t.abs().sum() > 0 for name, t in b.items() if "lora_B" in name)  # the step moved B off zero
+    lr = tiny_settings.training.learning_rate
+    for name in a:
+        # Adam's first step moves a weight by lr * g / (|g| + eps), less than lr = 1e-2. The two runs sum the
+        # same fp32 terms in another order (other micro-batches and padding, two shards, the all-reduce), which
+        # changes a gradient by ~1e-7 of its terms; only where a gradient nearly cancels, to ~eps = 1e-8, is that
+        # a visible share of g (seen: 1.4e-6 on 1 of 2048 entries of one B matrix). atol = 1e-3 * lr is 7x that
+        # and 1000x below the step. Adam is blind to a constant gradient scale, so a wrong normaliser shows up
+        # in grad_norm and loss above, not here.
+        torch.testing.assert_close(b[name], a[name], rtol=0.0, atol=1e-3 * lr)
+    assert not job_processes(tiny_settings.home)
+
+
+@pytest.mark.slow
+def test_a_failing_worker_is_an_error_with_its_log_and_leaves_nothing_running(store, tiny_settings, monkeypatch):
+    monkeypatch.setattr(multiprocess, "WORKER", FAILING_TRAIN_WORKER)
+    tiny_settings.training.processes = 2
+    engine = FakeEngine()
+    with pytest.raises(multiprocess.WorkerError) as failed:
+        learn(store, tiny_settings, engine, *practice({"a": [1.0, 0.0], "b": [0.0, 1.0]}), run_id="run", iteration=0)
+    message = str(failed.value)
+    assert "exited with code" in message and "injected failure of training worker rank 1" in message
+    assert "training.processes = 1" in message and str(tiny_settings.home / "logs" / "trainer.log") in message
+    assert engine.calls == ["pause", "resume"] and engine.serving  # serving came back on the old weights
+    assert store.latest_checkpoint("run") is None and not store.metric_series("run", "loss")
+    assert not job_processes(tiny_settings.home)
