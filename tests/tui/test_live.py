@@ -5,6 +5,9 @@ One engine lifetime covers both ways in. `appliance run` in a terminal opens the
 the run goes on headless (the same loop `--headless` runs). `appliance tui` then attaches from a second
 terminal, pauses the loop (`appliance status` reports it paused), resumes it and sees the phase move on.
 The run finishes on its own and leaves no sandbox and no engine process behind.
+
+A second engine lifetime checks the other way out: SIGTERM while the run's TUI is open closes the TUI and
+stops the run cleanly.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -168,3 +172,39 @@ def test_run_opens_the_tui_and_tui_steers_the_headless_run(sandbox_settings: Set
     assert not _pgid_alive(engine_pgid)
     engines = subprocess.run(["pgrep", "-f", f"--port {env['APPLIANCE_ENGINE__PORT']}"], capture_output=True, text=True)
     assert engines.stdout.strip() == ""
+
+
+@pytest.mark.timeout(ENGINE_START_S + 600)
+def test_sigterm_closes_the_run_tui_and_stops_the_run(sandbox_settings: Settings, tiny_model: Path, tmp_path: Path,
+                                                      tmux) -> None:
+    """`kill` (a service manager stopping the appliance) while the run's TUI is open and rollouts run: the
+    TUI closes, the terminal is the shell's again, and nothing is left running."""
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")} | _env(sandbox_settings, home,
+                                                                                       tiny_model)
+    settings = load_settings(environ=env)
+    rc = tmp_path / "run.rc"
+    tmux("new-session", "-d", "-s", "run", "-x", "80", "-y", "24",
+         _script(tmp_path / "run.sh", env, f"{APPLIANCE} run --iterations 1", rc))
+
+    def pane() -> str:
+        return tmux("capture-pane", "-p", "-t", "run", "-S", "-100")
+
+    def run_alive() -> None:
+        if rc.exists():
+            raise AssertionError(f"`appliance run` exited {rc.read_text().strip()} early:\n{pane()}")
+
+    wait_for(pane, r"overview · run run-\S+ · RUNNING[\s\S]*running [1-9]", timeout_s=ENGINE_START_S, check=run_alive)
+    shell = tmux("display-message", "-p", "-t", "run", "#{pane_pid}").strip()
+    [pid] = subprocess.run(["pgrep", "-P", shell], capture_output=True, text=True).stdout.split()
+    engine_pgid = int((home / "engine.pid").read_text())
+    os.kill(int(pid), signal.SIGTERM)
+    wait_for(lambda: rc.read_text() if rc.exists() else "", r"\d", timeout_s=300)
+    shown = pane()
+    assert rc.read_text().strip() == "0", shown
+    assert re.search(r"run run-\S+: running", shown), shown  # the TUI is gone: the summary lines are on screen
+    assert "TUI closed" not in shown  # stopped, not detached
+    left = subprocess.run(["podman", "ps", "-aq", "--filter", "label=appliance.sandbox"], capture_output=True,
+                          text=True, env=podman_env(settings)).stdout.split()
+    assert left == []
+    assert not _pgid_alive(engine_pgid)
