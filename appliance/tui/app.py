@@ -14,7 +14,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import BinaryIO
 
+from textual import events
 from textual.app import App
 from textual.binding import Binding
 
@@ -58,8 +60,9 @@ class ApplianceApp(App):
                  probe: Callable[[], str] = system_probe, clock: Callable[[], float] = time.time,
                  decoder_factory: Callable[[], Decoder | None] = lambda: None,
                  control_timeout_s: float = CONTROL_TIMEOUT_S, detach: bool = False,
-                 until: threading.Event | None = None) -> None:
+                 until: threading.Event | None = None, print_log: BinaryIO | None = None) -> None:
         super().__init__()
+        self.print_log = print_log
         self.detach = detach
         self.until = until
         self.bind("q", "quit", description="Detach" if detach else "Quit")
@@ -78,6 +81,17 @@ class ApplianceApp(App):
     def on_mount(self) -> None:
         if self.until is not None:
             self.set_interval(0.2, self._check_until)
+        if self.print_log is not None:  # what the run's Python code prints while the app runs
+            self.begin_capture_print(self, stdout=True, stderr=True)
+
+    def on_print(self, event: events.Print) -> None:
+        if self.print_log is None:
+            return
+        text = event.text  # click.echo hands over bytes, print() str
+        try:
+            self.print_log.write(text if isinstance(text, bytes) else text.encode("utf-8", "replace"))
+        except OSError:  # a full disk must not take the window down; the run's events are in the store
+            pass
 
     def _check_until(self) -> None:
         if self.until is not None and self.until.is_set():

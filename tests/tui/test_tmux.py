@@ -48,3 +48,44 @@ def test_tui_follows_a_live_appliance(tmp_path: Path, settings, tmux) -> None:
     finally:
         writer.terminate()
         writer.wait(timeout=10)
+
+
+CHATTY_RUN = """
+import os, sys, threading, time
+import click
+from appliance.config import load_settings
+from appliance.tui import run_tui
+
+def chatter():  # the run's threads: a log line, a print, a child or native library writing to fd 2
+    for i in range(10_000):
+        click.echo(f"log line {i}", err=True)
+        print(f"printed {i}")
+        os.write(2, f"raw fd2 {i}\\n".encode())
+        time.sleep(0.05)
+
+threading.Thread(target=chatter, daemon=True).start()
+run_tui(load_settings(), detach=True, refresh_s=0.2)
+os.write(2, b"fd2 is the terminal again\\n")
+"""
+
+
+def test_the_run_window_keeps_the_run_output_off_the_screen(tmp_path: Path, settings, tmux) -> None:
+    """`appliance run`'s own TUI: what the run writes meanwhile goes to logs/run-output.log, not over the
+    picture; q detaches and the terminal is the run's again."""
+    script = tmp_path / "chatty.py"
+    script.write_text(CHATTY_RUN)
+    tmux("new-session", "-d", "-s", "run", "-x", "80", "-y", "24",
+         f"TERM=xterm-256color COLORTERM= APPLIANCE_HOME={settings.home} {sys.executable} {script}; sleep 600")
+
+    def pane() -> str:
+        return tmux("capture-pane", "-p", "-t", "run")
+
+    shown = wait_for(pane, r"overview · no run yet[\s\S]*q Detach")
+    shown = wait_for(pane, r"engine STOPPED")  # a few refreshes while the thread writes
+    assert not re.search(r"log line|printed|raw fd2", shown), shown
+    tmux("send-keys", "-t", "run", "q")
+    after = wait_for(pane, r"fd2 is the terminal again")
+    unwrapped = after.replace("\n", "")  # the path wraps at 80 columns
+    assert re.search(r"what the run wrote while the TUI was open is in \S+run-output\.log", unwrapped), after
+    log = (settings.home / "logs" / "run-output.log").read_text()
+    assert "raw fd2 " in log and "log line " in log and "printed " in log
