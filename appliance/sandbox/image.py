@@ -23,7 +23,7 @@ from appliance.sandbox.podman import podman, podman_env, write_podman_config
 RECIPE_DIR = Path(__file__).parent / "image"
 RECIPE_FILES = ("Containerfile", "packages", "door-relay.py")
 SUITE = "bookworm"
-APT_SOURCES = (Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list"))
+APT_DIR = Path("/etc/apt")
 # Docs, man pages and translations are dead weight in a sandbox (and ~30% of the rootfs).
 DPKG_EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*", "/usr/share/locale/*",
                  "/usr/share/lintian/*")
@@ -51,12 +51,17 @@ def image_exists(settings: Settings, ref: str | None = None) -> bool:
     return proc.returncode == 0
 
 
-def apt_sources() -> Path:
-    """The sources file apt itself uses, so mmdebstrap reaches the same (possibly local) mirror."""
-    for path in APT_SOURCES:
-        if path.exists() and path.read_text().strip():
+def apt_sources(apt_dir: Path = APT_DIR) -> Path:
+    """The sources file apt itself uses, so mmdebstrap reaches the same (possibly local) mirror.
+
+    Debian's images name it debian.sources; an mmdebstrap rootfs (our container's cpu base) 0000debian.sources.
+    """
+    candidates = [apt_dir / "sources.list.d" / "debian.sources", *sorted((apt_dir / "sources.list.d").glob("*.sources")),
+                  apt_dir / "sources.list", *sorted((apt_dir / "sources.list.d").glob("*.list"))]
+    for path in candidates:
+        if path.is_file() and path.read_text().strip():
             return path
-    raise SetupError("no Debian apt sources found (looked at " + ", ".join(map(str, APT_SOURCES)) + ")",
+    raise SetupError(f"no Debian apt sources found (looked for {apt_dir}/sources.list and {apt_dir}/sources.list.d/*)",
                      "configure apt so `apt-get update` works; the sandbox image is built from its mirror")
 
 

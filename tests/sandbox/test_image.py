@@ -47,3 +47,19 @@ def test_build_is_a_no_op_when_the_image_exists(sandbox_settings: Settings) -> N
     assert build_image(sandbox_settings, log=logs.append) == image_ref(sandbox_settings)
     assert logs == []
 
+
+
+def test_apt_sources_found_as_debian_images_and_mmdebstrap_name_them(tmp_path: Path) -> None:
+    from appliance.errors import SetupError
+    from appliance.sandbox.image import apt_sources
+
+    d = tmp_path / "apt" / "sources.list.d"
+    d.mkdir(parents=True)
+    with pytest.raises(SetupError) as e:
+        apt_sources(tmp_path / "apt")
+    assert "sources.list.d" in e.value.message and e.value.hint
+    (tmp_path / "apt" / "sources.list").write_text("\n")  # empty: skipped
+    (d / "0000debian.sources").write_text("Types: deb\nURIs: http://mirror/debian\n")
+    assert apt_sources(tmp_path / "apt").name == "0000debian.sources"  # an mmdebstrap rootfs
+    (d / "debian.sources").write_text("Types: deb\nURIs: http://mirror/debian\n")
+    assert apt_sources(tmp_path / "apt").name == "debian.sources"  # Debian's images
