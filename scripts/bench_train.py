@@ -1,12 +1,16 @@
 """Benchmark one LEARN phase on the CPU: where a training step's time goes, and tokens per second.
 
-    scripts/bench train [--groups 2] [--group-size 4] [--tokens 128] [--full] [--model PATH]
+    scripts/bench train [--groups 2] [--group-size 4] [--tokens 128] [--full] [--model PATH] [--processes N]
 
 Runs one LEARN phase of one GRPO step on synthetic multi-turn samples for the bundled
 SmolLM2-135M-Instruct, time-sliced with the fake
 engine (`appliance.testing.FakeEngine`: its pause and sync cost nothing, so the shares show the trainer's
 own overhead: building the trainer from the checkpoint, saving the next one). For the real engine's costs
 see ENVIRONMENT.md: LoRA adapter load ~0.03 s, full reload ~0.35-0.7 s, CPU engine start ~32 s.
+
+`--processes N` runs the phase as `training.processes = N` (N workers launched through accelerate, gloo on
+the CPU): "trainer build" is then the launch, the workers' imports and model load, and their exit. The
+step-vs-baseline comparison always runs in this process.
 
 Baseline, measured in the same run on the same batch: a plain forward + backward + AdamW step of the
 model with a masked cross-entropy (no importance sampling, no statistics). Our step and the baseline run
@@ -91,6 +95,7 @@ def main() -> None:
     p.add_argument("--full", action="store_true", help="full fine-tune instead of LoRA")
     p.add_argument("--repeats", type=int, default=2, help="alternating GRPO / baseline steps for the ratio")
     p.add_argument("--model", type=Path, default=None, help="HF model folder (default: the bundled model)")
+    p.add_argument("--processes", type=int, default=1, help="training.processes for the measured phase")
     args = p.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench-train-") as home:
@@ -98,6 +103,7 @@ def main() -> None:
         settings.engine.model = args.model or load_settings().model_path
         settings.training.full_finetune = args.full
         settings.training.method = "grpo"  # the GRPO step is what is measured, whatever the profile's default
+        settings.training.processes = args.processes
         if not (settings.model_path / "config.json").exists():
             sys.exit(f"no model at {settings.model_path}; run `appliance init` (or pass --model)")
         store, engine = Store(settings.db_path), FakeEngine()
@@ -117,7 +123,7 @@ def main() -> None:
     }
     total = sum(parts.values())
     report = {
-        "model": str(settings.model_path), "mode": "full" if args.full else "lora",
+        "model": str(settings.model_path), "mode": "full" if args.full else "lora", "processes": args.processes,
         "samples": len(samples), "tokens_per_sample": args.tokens,
         "trained_tokens": result.steps[-1]["trained_tokens"], "phase_wall_s": round(wall, 3),
         "shares": {k: round(v / total, 3) for k, v in parts.items()},

@@ -126,6 +126,9 @@ def train_in_workers(settings: Settings, processes: int, *, resume_from: Path | 
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / "trainer.log"
     settings.home.mkdir(parents=True, exist_ok=True)
+    for stale in settings.home.glob("train-job-*"):  # left by an appliance killed mid-phase (its workers exited)
+        if not _job_processes(stale):
+            shutil.rmtree(stale, ignore_errors=True)
     job_dir = Path(tempfile.mkdtemp(prefix="train-job-", dir=settings.home))
     try:
         result_path = job_dir / "result.json"
