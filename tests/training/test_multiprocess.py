@@ -159,6 +159,9 @@ def test_two_workers_take_the_same_step_as_one_process(store, tiny_settings, tmp
 def test_a_failing_worker_is_an_error_with_its_log_and_leaves_nothing_running(store, tiny_settings, monkeypatch):
     monkeypatch.setattr(multiprocess, "WORKER", FAILING_TRAIN_WORKER)
     tiny_settings.training.processes = 2
+    stale = tiny_settings.home / "train-job-stale"  # what an appliance killed mid-phase leaves
+    (stale / "job.json").parent.mkdir(parents=True)
+    (stale / "job.json").write_text("{}")
     engine = FakeEngine()
     with pytest.raises(multiprocess.WorkerError) as failed:
         learn(store, tiny_settings, engine, *practice({"a": [1.0, 0.0], "b": [0.0, 1.0]}), run_id="run", iteration=0)
@@ -168,3 +171,52 @@ def test_a_failing_worker_is_an_error_with_its_log_and_leaves_nothing_running(st
     assert engine.calls == ["pause", "resume"] and engine.serving  # serving came back on the old weights
     assert store.latest_checkpoint("run") is None and not store.metric_series("run", "loss")
     assert not job_processes(tiny_settings.home)
+    assert not list(tiny_settings.home.glob("train-job-*"))
+
+
+PARENT = """
+import sys
+from pathlib import Path
+from appliance.config import load_settings
+from appliance.store import Store
+from appliance.testing import FakeEngine
+from appliance.training.learn import learn
+sys.path.insert(0, {tests!r})
+from test_multiprocess import practice
+
+s = load_settings(environ={{"APPLIANCE_HOME": {home!r}}})
+s.engine.model = Path({model!r})
+s.training.method, s.training.processes = "grpo", 2
+groups = {{f"g{{i}}": [1.0, 0.0] for i in range(2000)}}  # 2000 steps: minutes of training left when killed
+learn(Store(s.db_path), s, FakeEngine(), *practice(groups), run_id="run", iteration=0, steps=2000)
+"""
+
+
+@pytest.mark.slow
+def test_workers_exit_when_the_appliance_process_is_killed(tiny_model, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    home = tmp_path / "home"
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT.format(tests=str(Path(__file__).parent), home=str(home), model=str(tiny_model)))
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 600
+        while len(job_processes(home)) < 3:  # the launcher and two workers
+            assert parent.poll() is None and time.monotonic() < deadline, "the workers never started"
+            time.sleep(0.5)
+    finally:
+        parent.send_signal(signal.SIGKILL)  # no cleanup code of ours runs
+        parent.wait()
+    deadline = time.monotonic() + 30  # the workers look for their parent every second
+    while job_processes(home) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = job_processes(home)
+    for pid in left:  # do not leave them to the next test
+        os.kill(pid, signal.SIGKILL)
+    assert not left
