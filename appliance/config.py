@@ -153,6 +153,10 @@ class HarnessSettings(Section):
         3600.0, gt=0, description="Longest wait for an engine answering 503 before the episode is an infra error."
     )
     temperature: float = Field(0.7, ge=0, description="Sampling temperature of the built-in harness.")
+    wheelhouse: Path | None = Field(
+        None, description="Folder of wheels the third-party harness layers are installed from, offline "
+        "(pip --no-index --find-links); the container image sets it. None: pip's own indexes."
+    )
     native_tools: bool = Field(
         False, description="Offer bash/submit as OpenAI tools (needs the engine's tool parser); fenced blocks always work."
     )

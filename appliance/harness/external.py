@@ -73,11 +73,15 @@ def harness_image(settings: Settings, name: str, log: Callable[[str], None] = pr
         site.mkdir(parents=True)
         log(f"installing {name} into {site}")
         pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target", str(site)]
+        if settings.harness.wheelhouse is not None:  # the container's wheels: first start needs no network
+            pip += ["--no-index", "--find-links", str(settings.harness.wheelhouse)]
         for args in (["-r", str(recipe / "requirements.txt")], ["--no-deps", "-r", str(recipe / "package.txt")]):
             proc = subprocess.run(pip + args, capture_output=True, text=True)
             if proc.returncode != 0:
+                where = (f"that {settings.harness.wheelhouse} holds its wheels" if settings.harness.wheelhouse
+                         else "that PyPI is reachable")
                 raise SetupError(f"pip could not install harness {name}: {proc.stderr.strip()[-1500:]}",
-                                 f"check {recipe}/requirements.txt and that PyPI is reachable")
+                                 f"check {recipe}/requirements.txt and {where}")
         (layer / ".installed").write_text(key)
     shutil.copy(recipe / "Containerfile", layer / "Containerfile")
     log(f"building {ref} on {base}")

