@@ -49,3 +49,11 @@ class SetupError(ApplianceError):
 
 class TrajectoryError(ApplianceError):
     """A rollout's recorded model calls break the contract the prefix-tree builder relies on."""
+
+
+class Interrupted(Exception):
+    """The appliance is shutting down (SIGTERM, Ctrl-C): the phase in flight stops without a result.
+
+    Not an ApplianceError on purpose: nothing is wrong, and nothing the shutdown broke (engine stopped,
+    sandboxes swept) may be recorded as an outcome. The interrupted work is redone at the next start.
+    """

@@ -28,7 +28,7 @@ import httpx
 
 from appliance.config import Settings
 from appliance.diagnosis import build_report, render_markdown
-from appliance.errors import ApplianceError
+from appliance.errors import ApplianceError, Interrupted
 from appliance.practice import Practice, new_rollout, run_rollouts
 from appliance.schemas import (
     ControlCommand,
@@ -137,6 +137,10 @@ class Loop:
         t0 = time.monotonic()
         try:
             getattr(self, f"phase_{current.phase}")(current.index)
+        except Interrupted as e:
+            self.event("info", f"iteration {current.index}: {current.phase} interrupted ({e}); it goes on at the next start",
+                       iteration=current.index, phase=str(current.phase))
+            return False
         except ApplianceError as e:
             self.store.set_iteration_status(run.id, current.index, IterationStatus.FAILED, error=str(e))
             self.event("error", f"iteration {current.index} {current.phase} failed: {e.message}", hint=e.hint)
@@ -220,6 +224,12 @@ class Loop:
                 self.store.add_validation(task.id, stage.name, stage.ok, stage.detail or None)
             if not v.infra:
                 self.store.set_task_status(task.id, TaskStatus.VALID if v.ok else TaskStatus.REJECTED, reason=v.reason)
+        self._check_stopping("validation")
+
+    def _check_stopping(self, what: str) -> None:
+        """Raise Interrupted when a shutdown began while `what` ran: its failures are the shutdown's."""
+        if self.practice.stopping.is_set():
+            raise Interrupted(f"{what} ran into the shutdown")
 
     def phase_validate(self, index: int) -> None:
         pending = self._iteration_tasks(index, TaskStatus.PROPOSED)
@@ -275,6 +285,7 @@ class Loop:
             result = learn(self.store, self.settings, self.engine, rollouts, samples, run_id=self.run.id,
                            iteration=index, steps=self.settings.loop.train_steps)
         except ApplianceError as e:  # a failed sync keeps the old weights serving; the run goes on
+            self._check_stopping("training")
             self.event("error", f"iteration {index}: training did not produce new weights: {e.message}")
             return
         self.event("train", f"iteration {index}: policy version {result.policy_version}",
@@ -402,6 +413,8 @@ def run_appliance(settings: Settings, *, iterations: int | None = None, headless
             except KeyboardInterrupt:
                 pass
             finally:
+                # first, so that what the teardown breaks under the phase in flight is not recorded
+                svc.practice.stopping.set()
                 sched.shutdown(wait=False)
             return loop.run.id
     finally:

@@ -14,6 +14,7 @@ with its cause in `rollouts.error` as "infra: <cause>", and never reaches the lo
 from __future__ import annotations
 
 import shutil
+import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.config import Settings
-from appliance.errors import ApplianceError
+from appliance.errors import ApplianceError, Interrupted
 from appliance.harness.base import ClientConfig, EndReason, Episode, Limits
 from appliance.harness.builtin import run_builtin
 from appliance.harness.external import harness_image, harness_settings, run_external
@@ -50,6 +51,8 @@ class Practice:
     pool: SandboxPool
     log: Callable[[str], None] = print
     client_transport: Any = None  # an httpx transport for the built-in harness; tests hand in a scripted one
+    # Set when the appliance shuts down: failures from then on are the shutdown's, not the machine's.
+    stopping: threading.Event = field(default_factory=threading.Event)
     _images: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -84,8 +87,11 @@ def new_rollout(store: Store, *, harness: str, policy_version: int, run_id: str 
 
 
 def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> RolloutResult:
-    """Run a pending rollout to its outcome; the row is finished on every path, also on infra errors."""
+    """Run a pending rollout to its outcome; the row is finished on every path, also on infra errors,
+    except a shutdown's: then the row goes back to pending and `Interrupted` is raised."""
     settings, store = practice.settings, practice.store
+    if practice.stopping.is_set():
+        raise Interrupted(f"rollout {rollout.id} not started: the appliance is stopping")
     store.start_rollout(rollout.id)
     token = register_route(store, rollout.id)
     workspace = settings.home / "workspaces" / rollout.id
@@ -141,6 +147,10 @@ def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> Rollout
         reason = f"infra: {type(e).__name__}: {e.message}"
     finally:
         shutil.rmtree(workspace, ignore_errors=True)
+    if outcome == Outcome.INFRA_ERROR and practice.stopping.is_set():
+        # the engine was stopped or the sandbox swept under it: no outcome; the next start redoes it
+        store.requeue_rollout(rollout.id)
+        raise Interrupted(f"rollout {rollout.id} interrupted by the shutdown ({reason})")
     store.finish_rollout(rollout.id, outcome, reward, error=reason, turns=turns)
     trajectory = None
     if outcome != Outcome.INFRA_ERROR:

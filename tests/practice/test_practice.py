@@ -91,3 +91,39 @@ def test_a_killed_sandbox_is_an_infra_error(practice: Practice) -> None:
     r = result.rollout
     assert r.outcome == Outcome.INFRA_ERROR and r.error.startswith("infra:"), r.error
     assert practice.store.samples(r.id) == []
+
+
+def test_a_sandbox_swept_by_the_shutdown_is_no_outcome(practice: Practice) -> None:
+    """SIGTERM sets `stopping`, then the teardown sweeps the sandbox: the rollout goes back to pending."""
+    from appliance.errors import Interrupted
+    from appliance.schemas import RolloutStatus
+
+    settings = practice.settings
+
+    def shut_down_soon() -> None:
+        for _ in range(100):
+            out = subprocess.run(["podman", "ps", "-q", "--filter", "label=appliance.rollout"],
+                                 capture_output=True, text=True, env=podman_env(settings)).stdout.split()
+            if out:
+                time.sleep(1.0)
+                practice.stopping.set()
+                subprocess.run(["podman", "rm", "-f", "-t", "0", *out], capture_output=True, env=podman_env(settings))
+                return
+            time.sleep(0.2)
+
+    stopper = threading.Thread(target=shut_down_soon)
+    stopper.start()
+    policy = ScriptedPolicy(["```bash\nsleep 25\n```", "DONE"])
+    practice.client_transport = policy.transport
+    rollout = new_rollout(practice.store, harness="builtin", policy_version=0, group_id="g")
+    with pytest.raises(Interrupted):
+        run_rollout(practice, HELLO, rollout)
+    stopper.join()
+    r = practice.store.get_rollout(rollout.id)
+    assert (r.status, r.outcome) == (RolloutStatus.PENDING, None)
+    assert practice.store.model_calls(r.id) == [] and practice.store.samples(r.id) == []
+
+    # once stopping, nothing new starts
+    with pytest.raises(Interrupted):
+        run_rollout(practice, HELLO, rollout)
+    assert practice.store.get_rollout(rollout.id).status == RolloutStatus.PENDING

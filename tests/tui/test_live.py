@@ -25,6 +25,8 @@ import pytest
 
 from appliance.config import Settings, load_settings
 from appliance.sandbox import podman_env
+from appliance.schemas import Outcome, Phase, RolloutStatus
+from appliance.store import Store
 from tmux_pane import wait_for  # tests/tui/tmux_pane.py
 
 pytestmark = pytest.mark.slow
@@ -208,3 +210,13 @@ def test_sigterm_closes_the_run_tui_and_stops_the_run(sandbox_settings: Settings
                           text=True, env=podman_env(settings)).stdout.split()
     assert left == []
     assert not _pgid_alive(engine_pgid)
+    # what the teardown broke under the phase in flight is no outcome: the interrupted rollouts are pending
+    # again, and the base eval did not end with a made-up pass@1 (seen before: infra errors and 0/0)
+    store = Store(settings.db_path)
+    run = store.latest_run()
+    rollouts = store.rollouts(run.id)
+    assert [r.id for r in rollouts if r.outcome == Outcome.INFRA_ERROR] == []
+    assert [r.id for r in rollouts if r.status == RolloutStatus.RUNNING] == []
+    if any(r.status == RolloutStatus.PENDING for r in rollouts if r.iteration == 0):
+        assert store.iterations(run.id)[0].phase == Phase.EVALUATE and not store.evals(run.id)
+    store.close()
