@@ -22,6 +22,10 @@ from appliance.config import Settings
 
 MIN_FREE_DISK_GB = 5.0
 MIN_FREE_MEMORY_GB = 3.0
+# vLLM's engine core refuses to start below ~160 MB of free /dev/shm (its broadcast ring); podman's
+# default for a container is 64 MB.
+MIN_FREE_SHM_MB = 512
+SHM = Path("/dev/shm")
 
 
 @dataclass(slots=True)
@@ -134,6 +138,16 @@ def check_resources(settings: Settings) -> Check:
     return Check("resources", ok, detail, "" if ok else hint)
 
 
+def check_shared_memory(settings: Settings, shm: Path = SHM) -> Check:
+    if not shm.is_dir():
+        return Check("shared memory", False, f"{shm} does not exist", "mount a tmpfs at /dev/shm")
+    free = shutil.disk_usage(shm).free / 2**20
+    if free < MIN_FREE_SHM_MB:
+        return Check("shared memory", False, f"{free:.0f} MB free in {shm}; the engine needs at least {MIN_FREE_SHM_MB} MB",
+                     "in a container, start it with --shm-size=16g (scripts/container run does)")
+    return Check("shared memory", True, f"{free:.0f} MB free in {shm}")
+
+
 def check_gpus(settings: Settings) -> Check:
     required = settings.profile == "gpu"
     if shutil.which("nvidia-smi") is None:
@@ -151,7 +165,8 @@ def check_gpus(settings: Settings) -> Check:
 
 
 CHECKS: list[Callable[[Settings], Check]] = [
-    check_data_dir, check_store, check_resources, check_podman, check_image, check_model, check_vllm, check_gpus,
+    check_data_dir, check_store, check_resources, check_shared_memory, check_podman, check_image, check_model,
+    check_vllm, check_gpus,
 ]
 
 

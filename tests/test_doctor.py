@@ -76,3 +76,16 @@ def test_doctor_passes_on_the_set_up_machine() -> None:
     out = subprocess.run([str(APPLIANCE), "doctor"], capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "ready" in out.stdout
+
+
+def test_small_shared_memory_names_the_container_flag(tmp_path: Path, settings: Settings,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from appliance.doctor import check_shared_memory
+
+    assert check_shared_memory(settings).ok  # this machine's /dev/shm
+    assert not check_shared_memory(settings, tmp_path / "missing").ok
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: shutil._ntuple_diskusage(64 * 2**20, 0, 62 * 2**20))
+    c = check_shared_memory(settings, tmp_path)  # podman's default /dev/shm, as vLLM found it
+    assert not c.ok and "62 MB free" in c.detail and "--shm-size" in c.hint
