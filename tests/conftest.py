@@ -12,6 +12,7 @@ import pytest
 
 from appliance.config import Settings, load_settings
 from appliance.store import Store
+from small_run import free_port  # tests/small_run.py
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -63,16 +64,7 @@ def sandbox_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     remove_storage_root(s)
 
 
-
 # --- serving: one CPU vLLM engine serving a tiny random llama per test session ----------------------
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -15,7 +14,7 @@ from appliance.config import Settings, load_settings
 from appliance.sandbox import podman_env
 from appliance.schemas import EngineState, IterationStatus, Phase, RolloutStatus, RunStatus
 from appliance.store import Store
-from conftest import REPO, free_port  # tests/conftest.py; pytest puts its folder on sys.path
+from small_run import REPO, small_run_env  # tests/small_run.py (tests/ is on sys.path: its conftest.py)
 
 pytestmark = pytest.mark.slow
 
@@ -39,29 +38,7 @@ def _running(store: Store) -> bool:
 
 def _env(sandbox_settings: Settings, home: Path, tiny_model: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
-    env.update({
-        "APPLIANCE_HOME": str(home),
-        "APPLIANCE_PODMAN__GRAPHROOT": str(sandbox_settings.podman_graphroot),
-        "APPLIANCE_PODMAN__ADDITIONAL_IMAGE_STORES": json.dumps([str(p) for p in sandbox_settings.podman.additional_image_stores]),
-        "APPLIANCE_SANDBOX__MEMORY": "256m",
-        "APPLIANCE_ENGINE__MODEL": str(tiny_model),
-        "APPLIANCE_ENGINE__PORT": str(free_port()),
-        "APPLIANCE_ENGINE__MAX_MODEL_LEN": "2048",
-        "APPLIANCE_ENGINE__STARTUP_TIMEOUT_S": "900",  # a loaded 2-core machine can take minutes
-        "APPLIANCE_PROXY__PORT": str(free_port()),
-        "APPLIANCE_LOOP__FAMILIES": '["files"]',
-        "APPLIANCE_LOOP__TASKS_PER_ITERATION": "2",
-        "APPLIANCE_LOOP__GROUP_SIZE": "2",
-        "APPLIANCE_LOOP__HELDOUT_LEVELS": "[1]",
-        "APPLIANCE_LOOP__HELDOUT_PER_CELL": "2",
-        "APPLIANCE_LOOP__TRAIN_STEPS": "1",
-        "APPLIANCE_LOOP__TICK_S": "0.5",
-        "APPLIANCE_LOOP__ANALYSIS": "false",
-        "APPLIANCE_HARNESS__MAX_TURNS": "2",
-        "APPLIANCE_HARNESS__MAX_TOKENS_PER_CALL": "24",
-        "APPLIANCE_TRAINING__MIN_VALID_ROLLOUTS": "2",
-    })
-    return env
+    return env | small_run_env(sandbox_settings, home, tiny_model)
 
 
 def _start(env: dict[str, str], log: Path) -> subprocess.Popen:

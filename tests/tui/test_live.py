@@ -27,6 +27,7 @@ from appliance.config import Settings, load_settings
 from appliance.sandbox import podman_env
 from appliance.schemas import Outcome, Phase, RolloutStatus
 from appliance.store import Store
+from small_run import small_run_env  # tests/small_run.py
 from tmux_pane import wait_for  # tests/tui/tmux_pane.py
 
 pytestmark = pytest.mark.slow
@@ -34,40 +35,6 @@ pytestmark = pytest.mark.slow
 APPLIANCE = str(Path(sys.executable).parent / "appliance")
 ENGINE_START_S = 1200  # a loaded 2-core machine can take minutes to start vLLM (and may relaunch it once)
 RUN_S = 1500  # the rest of the run: base eval, one iteration with a training step, its eval
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _env(sandbox_settings: Settings, home: Path, tiny_model: Path) -> dict[str, str]:
-    """The loop test's small run (tests/loop): one family, two tasks, groups of two, one training step."""
-    return {
-        "APPLIANCE_HOME": str(home),
-        "APPLIANCE_PODMAN__GRAPHROOT": str(sandbox_settings.podman_graphroot),
-        "APPLIANCE_PODMAN__ADDITIONAL_IMAGE_STORES": json.dumps([str(p) for p in sandbox_settings.podman.additional_image_stores]),
-        "APPLIANCE_SANDBOX__MEMORY": "256m",
-        "APPLIANCE_ENGINE__MODEL": str(tiny_model),
-        "APPLIANCE_ENGINE__PORT": str(free_port()),
-        "APPLIANCE_ENGINE__MAX_MODEL_LEN": "2048",
-        "APPLIANCE_ENGINE__STARTUP_TIMEOUT_S": "900",
-        "APPLIANCE_PROXY__PORT": str(free_port()),
-        "APPLIANCE_LOOP__FAMILIES": '["files"]',
-        "APPLIANCE_LOOP__TASKS_PER_ITERATION": "2",
-        "APPLIANCE_LOOP__GROUP_SIZE": "2",
-        "APPLIANCE_LOOP__HELDOUT_LEVELS": "[1]",
-        "APPLIANCE_LOOP__HELDOUT_PER_CELL": "2",
-        "APPLIANCE_LOOP__TRAIN_STEPS": "1",
-        "APPLIANCE_LOOP__TICK_S": "0.5",
-        "APPLIANCE_LOOP__ANALYSIS": "false",
-        "APPLIANCE_HARNESS__MAX_TURNS": "2",
-        "APPLIANCE_HARNESS__MAX_TOKENS_PER_CALL": "24",
-        "APPLIANCE_TRAINING__MIN_VALID_ROLLOUTS": "2",
-    }
 
 
 def _script(path: Path, env: dict[str, str], command: str, rc: Path) -> str:
@@ -97,7 +64,7 @@ def _pgid_alive(pgid: int) -> bool:
 def test_run_opens_the_tui_and_tui_steers_the_headless_run(sandbox_settings: Settings, tiny_model: Path,
                                                            tmp_path: Path, tmux) -> None:
     home = tmp_path / "home"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")} | _env(sandbox_settings, home,
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")} | small_run_env(sandbox_settings, home,
                                                                                        tiny_model)
     settings = load_settings(environ=env)
     run_rc, tui_rc = tmp_path / "run.rc", tmp_path / "tui.rc"
@@ -182,7 +149,7 @@ def test_sigterm_closes_the_run_tui_and_stops_the_run(sandbox_settings: Settings
     """`kill` (a service manager stopping the appliance) while the run's TUI is open and rollouts run: the
     TUI closes, the terminal is the shell's again, and nothing is left running."""
     home = tmp_path / "home"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")} | _env(sandbox_settings, home,
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")} | small_run_env(sandbox_settings, home,
                                                                                        tiny_model)
     settings = load_settings(environ=env)
     rc = tmp_path / "run.rc"
