@@ -15,7 +15,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from appliance.errors import ConfigError
@@ -79,11 +79,18 @@ class EngineSettings(Section):
 
 class ProxySettings(Section):
     host: Literal["127.0.0.1"] = Field("127.0.0.1", description="The proxy listens on loopback only.")
-    port: int = Field(8200, ge=1024, le=65535, description="Proxy port on loopback.")
+    port: int = Field(8200, ge=0, le=65535, description="Proxy port on loopback; 0 takes a free one when the proxy starts.")
     max_request_bytes: int = Field(2_000_000, ge=1024, description="Largest request body accepted.")
     max_tokens: int = Field(1024, ge=1, description="Cap on max_tokens of one model call.")
     max_concurrency_per_rollout: int = Field(4, ge=1, description="Model calls in flight per rollout.")
     retry_after_s: int = Field(5, ge=1, description="Retry-After seconds sent with 503 while the engine is not serving.")
+
+    @field_validator("port")
+    @classmethod
+    def _not_privileged(cls, port: int) -> int:
+        if 0 < port < 1024:
+            raise ValueError("must be 0 (a free port) or 1024..65535")
+        return port
 
 
 class TrainingSettings(Section):

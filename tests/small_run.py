@@ -29,7 +29,7 @@ def small_run_env(sandbox_settings: Settings, home: Path, tiny_model: Path) -> d
         "APPLIANCE_ENGINE__PORT": str(free_port()),
         "APPLIANCE_ENGINE__MAX_MODEL_LEN": "2048",
         "APPLIANCE_ENGINE__STARTUP_TIMEOUT_S": "900",  # a loaded 2-core machine can take minutes
-        "APPLIANCE_PROXY__PORT": str(free_port()),
+        "APPLIANCE_PROXY__PORT": "0",  # a port picked now can be taken by vLLM's own processes before the proxy binds
         "APPLIANCE_LOOP__FAMILIES": '["files"]',
         "APPLIANCE_LOOP__TASKS_PER_ITERATION": "2",
         "APPLIANCE_LOOP__GROUP_SIZE": "2",
