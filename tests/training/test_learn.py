@@ -2,32 +2,14 @@
 
 from __future__ import annotations
 
-import random
 
 import pytest
 
 from appliance.errors import ApplianceError, EngineError
-from appliance.schemas import Outcome, Rollout, RolloutStatus, Sample
 from appliance.testing import FakeEngine
 from appliance.training.advantages import build_groups
 from appliance.training.learn import learn, split_groups
-
-MASK = [0] * 10 + [1] * 6 + [0] * 4 + [1] * 4
-
-
-def practice(groups: dict[str, list[float | None]], seed: int = 0):
-    rng = random.Random(seed)
-    rollouts, samples = [], []
-    for g, rewards in groups.items():
-        for i, r in enumerate(rewards):
-            rid = f"{g}-{i}"
-            outcome = Outcome.INFRA_ERROR if r is None else (Outcome.SUCCESS if r > 0 else Outcome.FAILURE)
-            rollouts.append(Rollout(rid, "run", "t", g, 0, "builtin", 0, RolloutStatus.FINISHED,
-                                    outcome=outcome, reward=r or 0.0))
-            samples.append(Sample(rid, g, 0, [rng.randrange(2, 2000) for _ in MASK], list(MASK),
-                                  [-5.0 * m for m in MASK], r or 0.0, 0))
-    return rollouts, samples
-
+from practice_data import practice  # tests/training/practice_data.py
 
 @pytest.fixture
 def tiny_settings(settings, tiny_model):

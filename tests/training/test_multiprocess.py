@@ -3,38 +3,17 @@ through accelerate (gloo on the CPU) that reproduce the in-process step, and a f
 
 from __future__ import annotations
 
-import random
 
 import pytest
 
 from appliance.config import TrainingSettings
 from appliance.errors import ApplianceError
-from appliance.schemas import Outcome, Rollout, RolloutStatus, Sample
 from appliance.testing import FAILING_TRAIN_WORKER, FakeEngine
 from appliance.training import multiprocess
 from appliance.training.advantages import build_groups
 from appliance.training.distributed import shard_groups
 from appliance.training.learn import learn
-
-# a prompt, two assistant turns with a tool result between them
-MASK = [0] * 10 + [1] * 6 + [0] * 4 + [1] * 4
-
-
-def practice(groups: dict[str, list[float | None]], seed: int = 0, extra: dict[str, int] | None = None):
-    """Rollouts and samples; `extra` gives a group's samples that many more tokens (uneven shards)."""
-    rng = random.Random(seed)
-    rollouts, samples = [], []
-    for g, rewards in groups.items():
-        mask = MASK + [1] * (extra or {}).get(g, 0)
-        for i, r in enumerate(rewards):
-            rid = f"{g}-{i}"
-            outcome = Outcome.INFRA_ERROR if r is None else (Outcome.SUCCESS if r > 0 else Outcome.FAILURE)
-            rollouts.append(Rollout(rid, "run", "t", g, 0, "builtin", 0, RolloutStatus.FINISHED,
-                                    outcome=outcome, reward=r or 0.0))
-            samples.append(Sample(rid, g, 0, [rng.randrange(2, 2000) for _ in mask], list(mask),
-                                  [-5.0 * m for m in mask], r or 0.0, 0))
-    return rollouts, samples
-
+from practice_data import practice  # tests/training/practice_data.py
 
 def test_shards_are_whole_groups_balanced_by_tokens():
     _, samples = practice({"a": [1.0, 0.0, 1.0], "b": [0.0, 1.0], "c": [1.0, 0.0], "d": [0.0, 1.0]},
