@@ -2,7 +2,7 @@
 
 Two measurements, each direct vs through the proxy, at 1 and 16 concurrent calls, streaming and not,
 alternating direct and proxied rounds so drift in machine load hits both alike:
-1. the proxy alone, in front of an engine stand-in that answers instantly (appliance.testing), so the
+1. the proxy alone, in front of an engine stand-in that answers instantly (instant_engine.py), so the
    proxy's own cost is not drowned by inference time;
 2. end to end, in front of the CPU vLLM engine serving a tiny random model.
 Direct calls ask for token ids and logprobs as the proxy does, so the difference is the proxy's cost.
@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tiny_model.py
 
 MESSAGES = [{"role": "user", "content": "Write one short sentence about the sea."}]
 
@@ -112,7 +113,8 @@ def main() -> None:
     from appliance.proxy.debug import open_debug_route
     from appliance.serving import Engine
     from appliance.store import Store
-    from appliance.testing import InstantEngine, make_tiny_model, serve_instant_engine
+    from instant_engine import InstantEngine, serve_instant_engine  # scripts/instant_engine.py
+    from tiny_model import make_tiny_model  # tests/tiny_model.py
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-proxy-"))
     settings = load_settings(environ={"APPLIANCE_HOME": str(tmp / "home"), "APPLIANCE_ENGINE__PORT": str(_free_port()),

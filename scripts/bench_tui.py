@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import random
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,8 +25,10 @@ from pathlib import Path
 from appliance.schemas import (Event, IterationStatus, ModelCall, Outcome, Phase, Rollout, RolloutStatus, Split,
                                Task, TaskStatus)
 from appliance.store import Store
-from appliance.testing import T0, record_run, toy_decoder
 from appliance.tui.app import ApplianceApp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from recorded_run import T0, record_run, toy_decoder  # noqa: E402  (tests/recorded_run.py)
 
 ITERATIONS = 10
 GROUP = 8

@@ -69,7 +69,7 @@ def sandbox_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A seeded random llama (hidden 64, 2 layers) with the bundled model's tokenizer and chat template."""
-    from appliance.testing import make_tiny_model
+    from tiny_model import make_tiny_model  # tests/tiny_model.py
 
     bundled = load_settings().model_path
     if not (bundled / "tokenizer.json").exists():

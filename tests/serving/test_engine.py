@@ -12,7 +12,7 @@ from appliance.schemas import EngineState
 from appliance.serving import Engine
 from appliance.serving.engine import _ties_embeddings
 from appliance.serving.process import command, environment
-from appliance.testing import corrupt_checkpoint, make_tiny_lora, make_tiny_model
+from tiny_model import corrupt_checkpoint, make_tiny_lora, make_tiny_model  # tests/tiny_model.py
 
 
 def test_launch_command_and_environment(settings) -> None:

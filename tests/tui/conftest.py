@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from appliance.store import Store
-from appliance.testing import T0, record_run, toy_decoder
 from appliance.tui.app import ApplianceApp
+from recorded_run import T0, record_run, toy_decoder  # tests/recorded_run.py
 
 
 @pytest.fixture

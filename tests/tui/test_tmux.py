@@ -19,8 +19,8 @@ def test_tui_follows_a_live_appliance(tmp_path: Path, settings, tmux) -> None:
     go = tmp_path / "go"
     env = {**os.environ, "APPLIANCE_HOME": str(settings.home)}
     writer = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from appliance.testing import run_fake_appliance; "
-         "run_fake_appliance(sys.argv[1], 'live', sys.argv[2])", str(settings.db_path), str(go)], env=env)
+        [sys.executable, str(Path(__file__).parent / "fake_appliance.py"), str(settings.db_path), "live", str(go)],
+        env=env)
     try:
         store = Store(settings.db_path)
         wait_for(lambda: "yes" if store.latest_run() else "", "yes")
