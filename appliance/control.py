@@ -1,10 +1,11 @@
 """Steering a running loop: pause, resume, step, stop after the iteration.
 
 The TUI and `appliance pause|resume|step|stop` call `request`, which writes a pending row to the store's
-`controls` table and waits until the loop answers it. The loop (not this module) consumes the requests
-at its safe points with `store.pending_controls(run_id)`, acts, moves `runs.status` and answers with
-`store.ack_control(id, result)`; `ALLOWED` below is the contract both sides keep. A request that no loop
-answers in time is marked expired, so a loop started later does not act on a stale click.
+`controls` table and waits until the loop answers it. The loop calls `answer_pending` at its safe points:
+each request the run's status allows (`ALLOWED`, the contract both sides keep) is acknowledged DONE with
+`ANSWERS[command]` and done; any other is acknowledged REFUSED with the reason, which `request` raises as
+a `ControlError`. A request that no loop answers in time is marked expired, so a loop started later does
+not act on a stale click. Stand-ins for the loop in tests answer through `answer_pending` too.
 """
 
 from __future__ import annotations
@@ -31,6 +32,15 @@ HINTS: dict[ControlCommand, str] = {
     ControlCommand.RESUME: "only a paused run can be resumed; `appliance run` continues a stopped or failed run",
     ControlCommand.STEP: "step runs one phase of a paused run: `appliance pause` first",
     ControlCommand.STOP_AFTER_ITERATION: "the run is not active; `appliance status` shows what it is doing",
+}
+
+
+# What the loop answers when it takes a command (the `controls.result` of a DONE request).
+ANSWERS: dict[ControlCommand, str] = {
+    ControlCommand.PAUSE: "paused",
+    ControlCommand.RESUME: "running",
+    ControlCommand.STEP: "running one phase, then paused again",
+    ControlCommand.STOP_AFTER_ITERATION: "will stop at the end of this iteration",
 }
 
 
@@ -82,3 +92,31 @@ def request(store: Store, command: ControlCommand | str, *, run_id: str | None =
     if control.status == ControlStatus.REFUSED:
         raise ControlError(f"the loop refused {command}: {control.result}", "`appliance status` shows the run's state")
     return control
+
+
+def answer_pending(store: Store, run_id: str, *, step: Callable[[], None],
+                   stop_after_iteration: Callable[[], None]) -> list[Control]:
+    """The loop's side, at a safe point: answer the run's pending requests in order; returns them answered.
+
+    Pause and resume move `runs.status`; a step calls `step` (the run stays paused; the caller runs one
+    phase); a stop calls `stop_after_iteration` (the caller stops when the iteration ends). The
+    acknowledgement comes after the act, so a requester that sees DONE sees its effect too.
+    """
+    answered = []
+    for control in store.pending_controls(run_id):
+        status = store.get_run(run_id).status
+        if status not in ALLOWED[control.command]:
+            store.ack_control(control.id, f"cannot {control.command} while the run is {status}",
+                              status=ControlStatus.REFUSED)
+        else:
+            if control.command == ControlCommand.PAUSE:
+                store.set_run_status(run_id, RunStatus.PAUSED)
+            elif control.command == ControlCommand.RESUME:
+                store.set_run_status(run_id, RunStatus.RUNNING)
+            elif control.command == ControlCommand.STEP:
+                step()
+            else:
+                stop_after_iteration()
+            store.ack_control(control.id, ANSWERS[control.command])
+        answered.append(store.get_control(control.id))
+    return answered

@@ -27,6 +27,7 @@ from typing import Protocol
 import httpx
 
 from appliance.config import Settings
+from appliance.control import answer_pending
 from appliance.diagnosis import build_report, render_markdown
 from appliance.errors import ApplianceError, Interrupted
 from appliance.practice import Practice, new_rollout, run_rollouts
@@ -158,21 +159,15 @@ class Loop:
         return True
 
     def _answer_controls(self) -> None:
-        for control in self.store.pending_controls(self.run.id):
-            status = self.store.get_run(self.run.id).status
-            result = "ok"
-            if control.command == ControlCommand.PAUSE and status == RunStatus.RUNNING:
-                self.store.set_run_status(self.run.id, RunStatus.PAUSED)
-            elif control.command == ControlCommand.RESUME and status == RunStatus.PAUSED:
-                self.store.set_run_status(self.run.id, RunStatus.RUNNING)
-            elif control.command == ControlCommand.STEP and status == RunStatus.PAUSED:
-                self._step_pending = True
-            elif control.command == ControlCommand.STOP_AFTER_ITERATION:
-                self._stop_after = True
-            else:
-                result = f"refused: the run is {status}"
-            self.store.ack_control(control.id, result)
-            self.event("control", f"{control.command}: {result}")
+        for control in answer_pending(self.store, self.run.id, step=self._request_step,
+                                      stop_after_iteration=self._request_stop):
+            self.event("control", f"{control.command}: {control.result}")
+
+    def _request_step(self) -> None:
+        self._step_pending = True
+
+    def _request_stop(self) -> None:
+        self._stop_after = True
 
     def _stop_requested(self) -> bool:
         """A stop-after-iteration answered since this run last (re)started counts, also across a restart."""

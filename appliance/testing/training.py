@@ -9,7 +9,8 @@ from appliance.errors import EngineError
 
 
 class FakeEngine:
-    """Stands in for appliance.serving.Engine in training tests and benchmarks (`EngineControl`).
+    """Stands in for appliance.serving.Engine in training and loop tests and benchmarks (`EngineControl`,
+    and `appliance.loop.Engine`: its base_url leads nowhere, so nothing may call it).
 
     Enforces the real engine's order, serving -> pause_for_training -> (load_weights | resume) -> serving,
     and fails loudly on any other: load_weights ends serving by itself (on the new weights, or on the old
@@ -25,6 +26,10 @@ class FakeEngine:
         self.serving = True
         self.calls: list[str] = []
         self.loaded: list[tuple[Path, str]] = []
+        self.base_url = "http://fake-engine.invalid"
+
+    def model_name(self) -> str:
+        return "policy"
 
     @property
     def policy_version(self) -> int:
