@@ -149,7 +149,7 @@ def rollout(ctx: click.Context, task_path: Path | None, harness: str, as_json: b
         return
     if task_path is None:
         raise click.UsageError("give --task PATH to run a rollout, or `appliance rollout show ID`")
-    from appliance.loop import services
+    from appliance.app import services
     from appliance.practice import new_rollout, run_rollout
     from appliance.store import Store
     from appliance.tasks import load_task
@@ -258,7 +258,8 @@ def report(ctx: click.Context, iteration: int | None, run_id: str | None, as_jso
 @friendly_errors
 def run(ctx: click.Context, iterations: int | None, headless: bool) -> None:
     """Run the loop: synthesize, validate, practise, learn, evaluate, diagnose; resumes an unfinished run."""
-    from appliance.loop import learning_curve, run_appliance
+    from appliance.app import run_appliance
+    from appliance.loop import learning_curve
     from appliance.store import Store
 
     settings = settings_of(ctx)

@@ -19,8 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -336,35 +335,6 @@ class Loop:
         return r.json()["choices"][0]["message"]["content"] or ""
 
 
-@dataclass
-class Services:
-    engine: Engine
-    practice: Practice
-
-
-@contextmanager
-def services(settings: Settings, store: Store, log: Callable[[str], None] = print) -> Iterator[Services]:
-    """Engine, proxy and sandbox pool, for the loop or one debug rollout; stopped and swept on the way out."""
-    from appliance.proxy import ProxyServer, create_app
-    from appliance.sandbox import SandboxPool, sweep
-    from appliance.serving import Engine as VllmEngine
-
-    pool = SandboxPool(settings)  # removes what a killed appliance left behind
-    engine = VllmEngine(settings, store)
-    server = None
-    try:
-        log(f"starting the engine ({settings.model_path.name}, profile {settings.profile})")
-        engine.start()
-        server = ProxyServer(create_app(store, engine, settings), settings).start()
-        log(f"proxy on {server.url}")
-        yield Services(engine, Practice(settings, store, server.host, server.port, pool, log))
-    finally:
-        if server is not None:
-            server.stop()
-        engine.stop()
-        sweep(settings, orphans_only=True)
-
-
 def learning_curve(store: Store, run_id: str) -> list[tuple[int, float, int]]:
     """(iteration, held-out pass@1, n) per evaluated iteration."""
     by_iter: dict[int, list[int]] = defaultdict(lambda: [0, 0])
@@ -372,59 +342,3 @@ def learning_curve(store: Store, run_id: str) -> list[tuple[int, float, int]]:
         by_iter[e["iteration"]][0] += e["passed"]
         by_iter[e["iteration"]][1] += e["n"]
     return [(it, p / n if n else 0.0, n) for it, (p, n) in sorted(by_iter.items())]
-
-
-def run_appliance(settings: Settings, *, iterations: int | None = None, headless: bool = True,
-                  log: Callable[[str], None] = print, progress: Callable[[str], None] | None = None) -> str:
-    """`appliance run`: start the services, let the scheduler drive the loop until the run ends; returns
-    the run id. SIGTERM and Ctrl-C stop cleanly; a kill -9 is recovered by the next start."""
-    import signal
-    import threading
-
-    from appliance import scheduler
-
-    if iterations is not None:
-        settings = settings.model_copy(deep=True)
-        settings.loop.iterations = iterations
-    store = Store(settings.db_path)
-    stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
-        with services(settings, store, log) as svc:
-            loop = Loop(settings, store, svc.engine, svc.practice, log)
-            sched = scheduler.start(loop)
-            try:
-                if not headless:  # the TUI is a window onto the run: closing it leaves the run going
-                    from appliance.tui import run_tui
-
-                    run_tui(settings, run_id=loop.run.id, detach=True, until=stop)
-                    if not stop.is_set() and not loop.finished():
-                        log(f"TUI closed; run {loop.run.id} goes on headless (`appliance tui` reopens the TUI, "
-                            "Ctrl-C or `appliance stop` ends the run)")
-                while not stop.is_set() and not loop.finished():
-                    if progress:
-                        progress(progress_line(store, loop.run.id, scheduler.busy.is_set()))
-                    stop.wait(5.0)
-            except KeyboardInterrupt:
-                pass
-            finally:
-                # first, so that what the teardown breaks under the phase in flight is not recorded
-                svc.practice.stopping.set()
-                sched.shutdown(wait=False)
-            return loop.run.id
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        store.close()
-
-
-def progress_line(store: Store, run_id: str, busy: bool) -> str:
-    run = store.get_run(run_id)
-    its = store.iterations(run_id)
-    it = its[-1] if its else None
-    where = f"iteration {it.index} {it.phase}" if it else "starting"
-    rollouts = store.rollouts(run_id, iteration=it.index) if it else []
-    done = sum(r.status == RolloutStatus.FINISHED for r in rollouts)
-    curve = " ".join(f"{p:.0%}" for _, p, _ in learning_curve(store, run_id)) or "-"
-    state, version, _ = store.engine_state()
-    return (f"[{run.status}{' working' if busy else ''}] {where} | rollouts {done}/{len(rollouts)} | "
-            f"engine {state} v{version} | held-out pass@1 {curve}")

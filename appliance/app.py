@@ -1,0 +1,102 @@
+"""The appliance process: the services the loop runs on, and `appliance run`'s wiring of loop, scheduler
+and TUI.
+
+`services` starts the engine, the proxy and the sandbox pool (for the loop, or one debug rollout) and stops
+and sweeps them on the way out; `run_appliance` runs a loop over them, driven by the scheduler, with the
+TUI as a window onto the run. The loop itself (`appliance.loop`) knows none of this.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from appliance import scheduler
+from appliance.config import Settings
+from appliance.loop import Engine, Loop, learning_curve
+from appliance.practice import Practice
+from appliance.schemas import RolloutStatus
+from appliance.store import Store
+
+
+@dataclass
+class Services:
+    engine: Engine
+    practice: Practice
+
+
+@contextmanager
+def services(settings: Settings, store: Store, log: Callable[[str], None] = print) -> Iterator[Services]:
+    """Engine, proxy and sandbox pool, for the loop or one debug rollout; stopped and swept on the way out."""
+    from appliance.proxy import ProxyServer, create_app
+    from appliance.sandbox import SandboxPool, sweep
+    from appliance.serving import Engine as VllmEngine
+
+    pool = SandboxPool(settings)  # removes what a killed appliance left behind
+    engine = VllmEngine(settings, store)
+    server = None
+    try:
+        log(f"starting the engine ({settings.model_path.name}, profile {settings.profile})")
+        engine.start()
+        server = ProxyServer(create_app(store, engine, settings), settings).start()
+        log(f"proxy on {server.url}")
+        yield Services(engine, Practice(settings, store, server.host, server.port, pool, log))
+    finally:
+        if server is not None:
+            server.stop()
+        engine.stop()
+        sweep(settings, orphans_only=True)
+
+
+def run_appliance(settings: Settings, *, iterations: int | None = None, headless: bool = True,
+                  log: Callable[[str], None] = print, progress: Callable[[str], None] | None = None) -> str:
+    """`appliance run`: start the services, let the scheduler drive the loop until the run ends; returns
+    the run id. SIGTERM and Ctrl-C stop cleanly; a kill -9 is recovered by the next start."""
+    if iterations is not None:
+        settings = settings.model_copy(deep=True)
+        settings.loop.iterations = iterations
+    store = Store(settings.db_path)
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        with services(settings, store, log) as svc:
+            loop = Loop(settings, store, svc.engine, svc.practice, log)
+            sched = scheduler.start(loop)
+            try:
+                if not headless:  # the TUI is a window onto the run: closing it leaves the run going
+                    from appliance.tui import run_tui
+
+                    run_tui(settings, run_id=loop.run.id, detach=True, until=stop)
+                    if not stop.is_set() and not loop.finished():
+                        log(f"TUI closed; run {loop.run.id} goes on headless (`appliance tui` reopens the TUI, "
+                            "Ctrl-C or `appliance stop` ends the run)")
+                while not stop.is_set() and not loop.finished():
+                    if progress:
+                        progress(progress_line(store, loop.run.id, scheduler.busy.is_set()))
+                    stop.wait(5.0)
+            except KeyboardInterrupt:
+                pass
+            finally:
+                # first, so that what the teardown breaks under the phase in flight is not recorded
+                svc.practice.stopping.set()
+                sched.shutdown(wait=False)
+            return loop.run.id
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        store.close()
+
+
+def progress_line(store: Store, run_id: str, busy: bool) -> str:
+    run = store.get_run(run_id)
+    its = store.iterations(run_id)
+    it = its[-1] if its else None
+    where = f"iteration {it.index} {it.phase}" if it else "starting"
+    rollouts = store.rollouts(run_id, iteration=it.index) if it else []
+    done = sum(r.status == RolloutStatus.FINISHED for r in rollouts)
+    curve = " ".join(f"{p:.0%}" for _, p, _ in learning_curve(store, run_id)) or "-"
+    state, version, _ = store.engine_state()
+    return (f"[{run.status}{' working' if busy else ''}] {where} | rollouts {done}/{len(rollouts)} | "
+            f"engine {state} v{version} | held-out pass@1 {curve}")
