@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from appliance.errors import ApplianceError
+from appliance.errors import ControlError
 from appliance.schemas import Control, ControlCommand, ControlStatus, Run, RunStatus
 from appliance.store import Store
 
@@ -42,10 +42,6 @@ ANSWERS: dict[ControlCommand, str] = {
     ControlCommand.STEP: "running one phase, then paused again",
     ControlCommand.STOP_AFTER_ITERATION: "will stop at the end of this iteration",
 }
-
-
-class ControlError(ApplianceError):
-    """A control request that cannot be made, was refused by the loop, or that no loop answered."""
 
 
 def resolve_run(store: Store, run_id: str | None = None) -> Run:

@@ -51,6 +51,10 @@ class TrajectoryError(ApplianceError):
     """A rollout's recorded model calls break the contract the prefix-tree builder relies on."""
 
 
+class ControlError(ApplianceError):
+    """A control request that cannot be made, was refused by the loop, or that no loop answered."""
+
+
 class Interrupted(Exception):
     """The appliance is shutting down (SIGTERM, Ctrl-C): the phase in flight stops without a result.
 

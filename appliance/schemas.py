@@ -39,7 +39,6 @@ class Phase(StrEnum):
     VALIDATE = "validate"
     PRACTISE = "practise"
     TRAIN = "train"
-    SYNC = "sync"
     EVALUATE = "evaluate"
     DIAGNOSE = "diagnose"
     DONE = "done"

@@ -25,7 +25,7 @@ def record_run(store: Store, run_id: str = "demo", *, t0: float = T0) -> str:
     store.set_engine_state(EngineState.STARTING, force=True)
     store.set_engine_state(EngineState.SERVING, policy_version=2)
     phases = [p for p in Phase if p != Phase.DONE]
-    durations = [40, 65, 250, 90, 12, 70, 20]
+    durations = [40, 65, 250, 90, 70, 20]
     t = t0
     for idx in range(3):
         store.start_iteration(run_id, idx, policy_version=idx)

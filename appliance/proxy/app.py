@@ -18,7 +18,6 @@ with the tokens received so far.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable
@@ -26,10 +25,8 @@ from typing import Any, Protocol
 
 import aiohttp
 import anyio
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
 
 from appliance.config import Settings
 from appliance.proxy.routes import hash_token
@@ -371,23 +368,3 @@ def _engine_refusal(status: int, text: str) -> Refusal:
         return Refusal(502, f"the engine failed: {message}", "engine_error")
     return Refusal(status, message, "invalid_request_error")  # the request's fault: the harness sees why
 
-
-def create_app(store: Store, engine: EngineLike, settings: Settings) -> Starlette:
-    from appliance.proxy.anthropic import AnthropicDialect
-
-    proxy = Proxy(store, engine, settings)
-    anthropic = AnthropicDialect(proxy)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        yield
-        await proxy.aclose()
-
-    app = Starlette(lifespan=lifespan, routes=[
-        Route("/r/{token}/v1/chat/completions", proxy.chat, methods=["POST"]),
-        Route("/r/{token}/v1/completions", proxy.completions, methods=["POST"]),
-        Route("/r/{token}/v1/models", proxy.models, methods=["GET"]),
-        Route("/r/{token}/v1/messages", anthropic.messages, methods=["POST"]),
-    ])
-    app.state.proxy = proxy
-    return app

@@ -1,15 +1,40 @@
-"""Serving the proxy app with uvicorn in a background thread, on loopback."""
+"""The proxy app (both dialects' routes) and serving it with uvicorn in a background thread, on loopback."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import AsyncIterator
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.routing import Route
 
 from appliance.config import Settings
 from appliance.errors import ApplianceError
+from appliance.proxy.anthropic import AnthropicDialect
+from appliance.proxy.app import EngineLike, Proxy
+from appliance.store import Store
+
+
+def create_app(store: Store, engine: EngineLike, settings: Settings) -> Starlette:
+    proxy = Proxy(store, engine, settings)
+    anthropic = AnthropicDialect(proxy)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        yield
+        await proxy.aclose()
+
+    app = Starlette(lifespan=lifespan, routes=[
+        Route("/r/{token}/v1/chat/completions", proxy.chat, methods=["POST"]),
+        Route("/r/{token}/v1/completions", proxy.completions, methods=["POST"]),
+        Route("/r/{token}/v1/models", proxy.models, methods=["GET"]),
+        Route("/r/{token}/v1/messages", anthropic.messages, methods=["POST"]),
+    ])
+    app.state.proxy = proxy
+    return app
 
 
 class ProxyServer:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from rich.markup import escape
 from textual.app import ComposeResult
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import DataTable, Footer, Static
 
 from appliance.errors import ApplianceError
 from appliance.schemas import Run
@@ -115,3 +115,13 @@ def run_title(run: Run | None, screen: str) -> str:
 
 def _first_line(e: Exception) -> str:
     return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def fill(table: DataTable, rows: list[tuple[str, ...]], keys: list[str]) -> None:
+    """Replace a table's rows, keeping the cursor on the same row index (refreshes must not jump)."""
+    cursor = table.cursor_row
+    table.clear()
+    for key, row in zip(keys, rows):
+        table.add_row(*row, key=key)
+    if rows:
+        table.move_cursor(row=min(cursor, len(rows) - 1), animate=False)

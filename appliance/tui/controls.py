@@ -16,8 +16,7 @@ from textual.widgets import DataTable, Static
 from appliance import control
 from appliance.errors import ApplianceError
 from appliance.schemas import Control, ControlCommand, RunStatus
-from appliance.tui.base import Context, PollingScreen, run_title
-from appliance.tui.tasks import fill
+from appliance.tui.base import Context, PollingScreen, fill, run_title
 
 LABELS = {
     ControlCommand.PAUSE: ("p", "pause"),

@@ -11,8 +11,7 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
 from appliance.schemas import Rollout
-from appliance.tui.base import Context, PollingScreen, run_title
-from appliance.tui.tasks import fill
+from appliance.tui.base import Context, PollingScreen, fill, run_title
 from appliance.tui.trajectory import TrajectoryScreen
 
 PAGE = 50

@@ -15,7 +15,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from appliance.schemas import Split, Task, TaskStatus
-from appliance.tui.base import Context, PollingScreen, run_title
+from appliance.tui.base import Context, PollingScreen, fill, run_title
 
 PAGE = 50
 COLUMNS = [("proposed", TaskStatus.PROPOSED), ("valid", TaskStatus.VALID), ("learn", TaskStatus.LEARNABLE),
@@ -153,12 +153,3 @@ def task_text(task: Task) -> str:
         lines += ["", "[b]more[/b]", escape(json.dumps(other, indent=1, default=str))]
     return "\n".join(lines)
 
-
-def fill(table: DataTable, rows: list[tuple[str, ...]], keys: list[str]) -> None:
-    """Replace a table's rows, keeping the cursor on the same row index (refreshes must not jump)."""
-    cursor = table.cursor_row
-    table.clear()
-    for key, row in zip(keys, rows):
-        table.add_row(*row, key=key)
-    if rows:
-        table.move_cursor(row=min(cursor, len(rows) - 1), animate=False)

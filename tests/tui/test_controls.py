@@ -31,7 +31,7 @@ async def test_pause_then_the_loop_reports_paused(recorded_store, make_app, sett
             assert history.get_row_at(0)[1:3] == ["pause", "done"]
 
             await settle(pilot, "s", "y")  # step: one phase, still paused
-            assert recorded_store.iterations("demo")[-1].phase == Phase.SYNC
+            assert recorded_store.iterations("demo")[-1].phase == Phase.EVALUATE
             assert recorded_store.get_run("demo").status == RunStatus.PAUSED
             await settle(pilot, "r", "enter")  # enter confirms too
             assert recorded_store.get_run("demo").status == RunStatus.RUNNING
