@@ -43,7 +43,8 @@ def services(settings: Settings, store: Store, log: Callable[[str], None] = prin
         engine.start()
         server = ProxyServer(create_app(store, engine, settings), settings).start()
         log(f"proxy on {server.url}")
-        yield Services(engine, Practice(settings, store, server.host, server.port, pool, log))
+        # learn.EngineControl.load_weights takes kind: str, the engine Literal["lora", "full"] (issue 17)
+        yield Services(engine, Practice(settings, store, server.host, server.port, pool, log))  # type: ignore[arg-type]
     finally:
         if server is not None:
             server.stop()

@@ -222,7 +222,7 @@ def _decoder(settings: Settings) -> Callable[[list[int]], str]:
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(str(settings.model_path))
-        return lambda ids: tok.decode(ids)
+        return lambda ids: str(tok.decode(ids))
     except Exception:  # no model folder: show the ids themselves
         return lambda ids: " ".join(map(str, ids))
 
@@ -454,7 +454,7 @@ def tasks_families(as_json: bool) -> None:
     from appliance.tasks.families import FAMILIES
 
     rows = {name: mod.DESCRIPTION for name, mod in FAMILIES.items()}
-    emit(rows, as_json, lambda d: [click.echo(f"{k:<10} {v}") for k, v in d.items()])
+    emit(rows, as_json, lambda d: click.echo("\n".join(f"{k:<10} {v}" for k, v in d.items())))
 
 
 @tasks.command("synth")
@@ -538,8 +538,8 @@ def tasks_list(ctx: click.Context, run_id: str | None, family: str | None, statu
 @friendly_errors
 def tasks_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
     """One task: instruction, workspace files, setup, verifier, reference solution, verdict."""
-    from appliance.tasks import TaskSpec
     from appliance.store import Store
+    from appliance.tasks import TaskSpec
     from appliance.tasks.format import dumps_toml
 
     t = Store(settings_of(ctx).db_path).get_task(task_id)

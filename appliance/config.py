@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -290,7 +291,7 @@ class Settings(BaseSettings):
         return self.home / "sockets"
 
 
-def config_file_path(config_file: Path | str | None = None, environ: dict[str, str] | None = None) -> Path:
+def config_file_path(config_file: Path | str | None = None, environ: Mapping[str, str] | None = None) -> Path:
     environ = os.environ if environ is None else environ
     if config_file:
         return Path(config_file).expanduser()

@@ -99,9 +99,9 @@ def parse_action(message: dict[str, Any]) -> Action:
     # `done` closing a shell loop inside a code block is not the agent saying it has finished
     done = bool(_DONE.search(_TOOL_CALL_TEXT.sub("", _FENCE.sub("", content))))
     for match in _TOOL_CALL_TEXT.finditer(content):
-        action = _text_tool_call(match.group(1))
-        if action is not None:
-            return Action(action.command, action.submit or done, action.feedback)
+        call = _text_tool_call(match.group(1))
+        if call is not None:
+            return Action(call.command, call.submit or done, call.feedback)
 
     command = None
     for lang, body in _FENCE.findall(content):

@@ -221,7 +221,8 @@ class Proxy:
 
     async def _relay(self, rollout_id: str, kind: str, body: dict[str, Any], sent: dict[str, Any], started: float,
                      upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
-        tokens, chunks, recorded = Tokens(), [], False
+        tokens, recorded = Tokens(), False
+        chunks: list[dict[str, Any]] = []
         try:
             try:
                 pending = b""

@@ -13,7 +13,6 @@ import httpx
 from appliance.harness.base import ClientConfig
 from appliance.schemas import ModelCall
 
-
 IM_START, IM_END = 1, 2  # the char-level tokenizer's special tokens; text characters are ord(c) + 3
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from appliance.testing.policy import ScriptDivergence
 
+
 @dataclass(frozen=True, slots=True)
 class FakeResult:
     """Looks like the sandbox's ExecResult."""

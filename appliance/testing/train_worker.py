@@ -19,7 +19,7 @@ def failing_train_worker(argv: list[str]) -> None:
         def fail(self, batch):
             raise RuntimeError(f"injected failure of training worker rank {fail_rank} (appliance.testing)")
 
-        trainer.PolicyTrainer.grpo_step = fail
+        trainer.PolicyTrainer.grpo_step = fail  # type: ignore[method-assign]
     worker.main(argv)
 
 

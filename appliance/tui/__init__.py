@@ -60,10 +60,10 @@ def output_aside(log_path: Path) -> Iterator[BinaryIO]:
     screen = os.fdopen(os.dup(1), "w", encoding="utf-8", errors="replace")
     try:
         os.dup2(log.fileno(), 2)
-        sys.__stderr__ = screen
+        sys.__stderr__ = screen  # type: ignore[misc]  # textual's driver writes to it; typeshed calls it Final
         yield log
     finally:
-        sys.__stderr__ = saved_stderr
+        sys.__stderr__ = saved_stderr  # type: ignore[misc]
         os.dup2(saved_fd2, 2)
         os.close(saved_fd2)
         screen.close()

@@ -47,7 +47,7 @@ class ControlsScreen(PollingScreen):
         yield from self.compose_title()
         yield Static("", id="run-state", classes="block")
         yield Static("", id="commands", classes="block")
-        history = DataTable(id="history", cursor_type="row")
+        history: DataTable[str] = DataTable(id="history", cursor_type="row")
         history.add_columns("#", "command", "answer", "result")
         yield history
         yield from self.compose_footer()
@@ -80,8 +80,12 @@ class ControlsScreen(PollingScreen):
     def action_request(self, command: str) -> None:
         cmd = ControlCommand(command)
         label = LABELS[cmd][1]
-        self.app.push_screen(ConfirmScreen(f"{label.capitalize()}?"),
-                             lambda yes: self.run_worker(self._send(cmd), group="control") if yes else None)
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.run_worker(self._send(cmd), group="control")
+
+        self.app.push_screen(ConfirmScreen(f"{label.capitalize()}?"), confirmed)
 
     async def _send(self, command: ControlCommand) -> None:
         app = self.appliance

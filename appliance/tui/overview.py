@@ -92,22 +92,22 @@ def phase_timeline(it: Iteration, events: list[Event], now: float, done: dict[st
     ordered = sorted(starts.values(), key=lambda e: e.created_at)
     parts = []
     for phase in PHASES:
-        e = starts.get(phase)
+        start = starts.get(phase)
         current = phase == it.phase and it.status == IterationStatus.RUNNING
-        if e is None:
+        if start is None:
             parts.append(f"[reverse] {phase} [/]" if current else f"[dim]{phase}[/]")
             continue
-        later = [o.created_at for o in ordered if o.created_at > e.created_at]
-        if e.duration_s is not None:
-            duration = e.duration_s
+        later = [o.created_at for o in ordered if o.created_at > start.created_at]
+        if start.duration_s is not None:
+            duration = start.duration_s
         elif phase in done and not current:
             duration = done[phase]
         elif later:
-            duration = later[0] - e.created_at
+            duration = later[0] - start.created_at
         elif current:
-            duration = now - e.created_at
+            duration = now - start.created_at
         else:
-            duration = (it.finished_at or now) - e.created_at
+            duration = (it.finished_at or now) - start.created_at
         label = f"{phase} {human_duration(duration)}"
         parts.append(f"[reverse] {label} [/]" if current else label)
     status = "" if it.status == IterationStatus.RUNNING else f"  ({it.status}{': ' + escape(it.error) if it.error else ''})"

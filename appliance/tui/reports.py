@@ -65,9 +65,9 @@ class ReportsScreen(PollingScreen):
         if shown is None:
             note = "No capability report yet: the first one is written at the end of iteration 0."
             return ReportsData(run_title(ctx.run, "reports"), (), None, note, Text(note), 0, None)
-        _, markdown = store.report(run_id, shown)
+        _, markdown = store.report(run_id, shown) or ({}, "")
         earlier = [i for i in iterations if i < shown]
-        previous = store.report(run_id, earlier[-1])[1] if earlier else None
+        previous = (store.report(run_id, earlier[-1]) or ({}, None))[1] if earlier else None
         width = self.body_width()
         return ReportsData(run_title(ctx.run, "reports"), iterations, shown, markdown,
                            self.render_markdown(markdown, width), width, previous)
@@ -103,7 +103,7 @@ class ReportsScreen(PollingScreen):
             diff.update(diff_markup(data.previous, data.markdown))
 
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
-        chosen = int(event.option.id)
+        chosen = int(str(event.option.id))
         if chosen != self.selected:
             self.selected = chosen
             self.reload(force=True)

@@ -45,10 +45,10 @@ class RolloutsScreen(PollingScreen):
     def compose(self) -> ComposeResult:
         yield from self.compose_title()
         yield Static("", id="step", classes="subtitle")
-        groups = DataTable(id="groups", cursor_type="row", zebra_stripes=True)
+        groups: DataTable[str] = DataTable(id="groups", cursor_type="row", zebra_stripes=True)
         groups.add_columns("group", "task", "n", "run", "done", "ok", "infra", "reward")
         yield groups
-        rollouts = DataTable(id="rollouts", cursor_type="row")
+        rollouts: DataTable[str] = DataTable(id="rollouts", cursor_type="row")
         rollouts.add_columns("rollout", "status", "outcome", "reward", "turns", "error")
         yield rollouts
         yield from self.compose_footer()

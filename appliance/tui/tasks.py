@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from rich.markup import escape
 from textual.app import ComposeResult
@@ -16,6 +16,9 @@ from textual.widgets import DataTable, Footer, Static
 
 from appliance.schemas import Split, Task, TaskStatus
 from appliance.tui.base import Context, PollingScreen, fill, run_title
+
+if TYPE_CHECKING:
+    from appliance.tui.app import ApplianceApp
 
 PAGE = 50
 COLUMNS = [("proposed", TaskStatus.PROPOSED), ("valid", TaskStatus.VALID), ("learn", TaskStatus.LEARNABLE),
@@ -46,11 +49,11 @@ class TasksScreen(PollingScreen):
 
     def compose(self) -> ComposeResult:
         yield from self.compose_title()
-        matrix = DataTable(id="matrix", cursor_type="row", zebra_stripes=True)
+        matrix: DataTable[str] = DataTable(id="matrix", cursor_type="row", zebra_stripes=True)
         matrix.add_columns("family", "d", *(name for name, _ in COLUMNS), "heldout")
         yield matrix
         yield Static("", id="cell", classes="subtitle")
-        tasks = DataTable(id="tasks", cursor_type="row")
+        tasks: DataTable[str] = DataTable(id="tasks", cursor_type="row")
         tasks.add_columns("task", "status", "pass", "reason")
         yield tasks
         yield from self.compose_footer()
@@ -65,7 +68,7 @@ class TasksScreen(PollingScreen):
             counts[key] = counts.get(key, 0) + n
         matrix = tuple((f, d, *(c.get(s, 0) for _, s in COLUMNS), c.get("heldout", 0))
                        for (f, d), c in sorted(cells.items()))
-        cell = self.cell or (matrix[0][:2] if matrix else None)
+        cell = self.cell or (min(cells) if cells else None)  # the matrix's first row
         tasks = tuple(ctx.store.tasks_page(ctx.run.id, cell[0], cell[1], limit=PAGE, offset=self.page * PAGE)) \
             if cell else ()
         return TasksData(run_title(ctx.run, "tasks"), matrix, cell, self.page, tasks)
@@ -101,7 +104,7 @@ class TasksScreen(PollingScreen):
     def action_open_task(self) -> None:
         table = self.query_one("#tasks", DataTable)
         if table.row_count:
-            self.app.push_screen(TaskScreen(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value))
+            self.app.push_screen(TaskScreen(str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.data_table.id == "tasks" and event.row_key.value:
@@ -131,7 +134,8 @@ class TaskScreen(Screen):
     async def _load(self) -> None:
         import asyncio
 
-        task = await asyncio.to_thread(lambda: self.app.open_store().get_task(self.task_id))
+        app = cast("ApplianceApp", self.app)
+        task = await asyncio.to_thread(lambda: app.open_store().get_task(self.task_id))
         self.query_one("#task", Static).update(task_text(task))
 
 

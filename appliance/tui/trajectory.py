@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from rich.markup import escape
 from textual.app import ComposeResult
@@ -22,6 +23,9 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from appliance.schemas import ModelCall
+
+if TYPE_CHECKING:
+    from appliance.tui.app import ApplianceApp
 
 Decoder = Callable[[list[int]], list[str]]  # token ids -> one display string per token
 MAX_TOKENS_SHOWN = 1500
@@ -105,7 +109,7 @@ def tokenizer_decoder(model_path: Path) -> Decoder | None:
         tok = AutoTokenizer.from_pretrained(str(model_path))
     except Exception:  # a broken tokenizer must not take the viewer down; ids are still exact
         return None
-    return lambda ids: [tok.decode([i]) for i in ids]
+    return lambda ids: [str(tok.decode([i])) for i in ids]
 
 
 class TrajectoryScreen(Screen):
@@ -132,7 +136,7 @@ class TrajectoryScreen(Screen):
         self.query_one("#trajectory-body").focus()
 
     def load(self) -> tuple[str, str]:
-        app = self.app
+        app = cast("ApplianceApp", self.app)
         store = app.open_store()
         rollout = store.get_rollout(self.rollout_id)
         calls = store.model_calls(self.rollout_id)
