@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
-from appliance.schemas import (EngineState, Event, IterationStatus, ModelCall, Outcome, Phase, Rollout,
-                               RolloutStatus, Sample, Split, Task, TaskStatus)
+from appliance.schemas import (
+    EngineState,
+    Event,
+    IterationStatus,
+    ModelCall,
+    Outcome,
+    Phase,
+    Rollout,
+    RolloutStatus,
+    Sample,
+    Split,
+    Task,
+    TaskStatus,
+)
 from appliance.store import Store
 
 T0 = 1_790_000_000.0  # fixed timestamps keep snapshot tests byte-stable

@@ -1,0 +1,42 @@
+"""The house's order (docs/DESIGN.md "Components"): every import of the package points down a floor, and
+the page's table is the one scripts/module_table.py prints from the code."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+import module_table  # noqa: E402  (scripts/module_table.py: ROOMS, the one place with the floors)
+
+
+def test_every_import_points_down_a_floor() -> None:
+    problems = module_table.violations(module_table.read_imports(module_table.package_modules()))
+    assert not problems, "\n".join(problems)
+
+
+def test_an_arrow_up_a_circle_and_a_module_without_a_room_are_found(tmp_path: Path) -> None:
+    package = tmp_path / "appliance"
+    (package / "tui").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "store.py").write_text("def rows():\n    from appliance.loop import Loop  # lazily, still an arrow\n")
+    (package / "loop.py").write_text("from appliance import store\n")
+    (package / "tui" / "__init__.py").write_text("from .screens import Screen\n")
+    (package / "tui" / "screens.py").write_text("from appliance.tui import Screen\n")  # a circle in one room: fine
+    (package / "scheduler.py").write_text("from appliance.tui import screens\n")  # same floor: not allowed
+    (package / "lineage.py").write_text("")
+    problems = module_table.violations(module_table.read_imports(module_table.package_modules(package)))
+    assert any(p.startswith("appliance.store:2 imports appliance.loop") for p in problems), problems
+    assert any(p.startswith("appliance.scheduler:1 imports appliance.tui.screens") for p in problems), problems
+    assert any(p.startswith("appliance.lineage has no room") for p in problems), problems
+    assert len(problems) == 3, problems
+
+
+def test_the_design_page_shows_the_table_the_code_makes() -> None:
+    printed = subprocess.run([sys.executable, str(REPO / "scripts" / "module_table.py")], cwd=REPO,
+                             capture_output=True, text=True, check=True).stdout.strip()
+    assert printed.startswith("| floor | module | owns |")
+    assert module_table.design_table() == printed, \
+        "docs/DESIGN.md's Components table is stale: run scripts/module_table.py --write"
