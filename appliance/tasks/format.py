@@ -135,6 +135,9 @@ class TaskSpec:
                 raise TaskFormatError(f"workspace path {path!r} is not a file name",
                                       "use a relative file path of plain names (no NUL, no trailing '/')")
         texts = [self.instruction, self.verify, self.solution, self.setup, *self.files.values()]
+        if not all(isinstance(t, str) for t in texts):
+            raise TaskFormatError("the instruction, the scripts and every workspace file must be text",
+                                  "workspace files are UTF-8 text; create binary files in setup.sh")
         if any("\0" in t for t in texts):
             raise TaskFormatError("a script, the instruction or a workspace file contains a NUL byte",
                                   "task files are text; create binary files in setup.sh")

@@ -177,12 +177,12 @@ def judge_command(spec: TaskSpec) -> str:
     return f"chmod -R a-w /workspace; (cd /workspace && exec {env} {interp} {shlex.quote(spec.verify)})"
 
 
-def judge(sb: Any, spec: TaskSpec, archive: bytes, timeout: float = VERIFY_TIMEOUT_S) -> Any:
+def judge(sb: Any, spec: TaskSpec, archive: bytes) -> Any:
     """Run the verifier over `archive` (restored and sanitized already) in a scrubbed sandbox."""
     sb.scrub()
     sh = sb.shell()
     shell_put(sh, archive)
-    return sh.run(judge_command(spec), timeout=timeout)
+    return sh.run(judge_command(spec), timeout=VERIFY_TIMEOUT_S)
 
 
 def _get(sb: Any) -> tuple[bytes, list[str]]:
@@ -271,6 +271,10 @@ def validate_many(settings: Settings, specs: list[TaskSpec], *, parallel: int = 
                     spec.check()
                 except TaskFormatError as e:
                     results[i] = Validation(False, [Stage("format", False, e.message)], f"{BAD_FORMAT}: {e.message}")
+                    continue
+                except Exception as e:  # noqa: BLE001 - a spec too broken to check is that task's rejection
+                    results[i] = Validation(False, [Stage("format", False, repr(e)[:300])],
+                                            f"{BAD_FORMAT}: {type(e).__name__}: {e}"[:300])
                     continue
                 stages = [Stage("format", True)]
                 try:
