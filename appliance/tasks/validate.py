@@ -49,6 +49,7 @@ from appliance.tasks.format import TaskFormatError, TaskSpec
 
 VERIFY_TIMEOUT_S = 60.0
 AGENT_UID = 1000
+SHELL_PUT_MAX = 256 * 1024  # archives up to this size go through the persistent shell
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # A module the agent leaves under one of these names would run inside a Python verifier that imports it
 # from the workspace (`python3 test_x.py` puts the script's directory first on sys.path).
@@ -180,9 +181,16 @@ def judge_command(spec: TaskSpec) -> str:
 def judge(sb: Any, spec: TaskSpec, archive: bytes) -> Any:
     """Run the verifier over `archive` (restored and sanitized already) in a scrubbed sandbox."""
     sb.scrub()
-    sh = sb.shell()
-    shell_put(sh, archive)
-    return sh.run(judge_command(spec), timeout=VERIFY_TIMEOUT_S)
+    _put(sb, archive)
+    return sb.shell().run(judge_command(spec), timeout=VERIFY_TIMEOUT_S)
+
+
+def _put(sb: Any, archive: bytes) -> None:
+    """Through the shell when small (a few ms), else streamed by `podman exec` (bounded memory)."""
+    if len(archive) <= SHELL_PUT_MAX:
+        shell_put(sb.shell(), archive)
+    else:
+        sb.put_tar(archive)
 
 
 def _get(sb: Any) -> tuple[bytes, list[str]]:
@@ -337,7 +345,7 @@ def _stages(sb: Any, spec: TaskSpec, stages: list[Stage]) -> str | None:
     def set_up(recorded: bool) -> str | None:
         """A rollout's start: a clean sandbox, the task's files, setup."""
         sb.scrub()
-        shell_put(sh, files)
+        _put(sb, files)
         if spec.setup.strip():
             r = sh.run(_command(spec.setup), timeout=limit)
             if recorded:
