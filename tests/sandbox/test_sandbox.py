@@ -198,3 +198,11 @@ def test_scrub_leaves_a_sandbox_as_clean_as_a_new_one(sb: Sandbox) -> None:
     r = sh.run("ls -A /workspace /tmp ~ /dev/shm /dev/mqueue; ipcs -q | grep -c 0x")
     lines = r.stdout.split()
     assert "m" not in lines and ".m" not in lines and "d" not in lines and lines[-1] == "0", r.stdout
+
+
+def test_doctor_reports_the_isolation_mechanism(sandbox_settings: Settings) -> None:
+    from appliance.doctor import check_isolation
+
+    c = check_isolation(sandbox_settings)
+    assert c.ok, c.detail
+    assert "tmpfs" in c.detail and "MiB" in c.detail and "user namespaces refused" in c.detail
