@@ -1,6 +1,6 @@
 """Agent-free task validation throughput: validations per minute with 4 parallel sandboxes (a fresh
-sandbox per task, the default of `validate_many`, and `validate_many` keeping a scrubbed sandbox for 25
-tasks), against a baseline of one task at a time measured in the same run, over the same mix of families
+sandbox per task, and `validate_many` with a new sandbox per task or, its default, a scrubbed sandbox for
+25 tasks), against a baseline of one task at a time measured in the same run, over the same mix of families
 and levels.
 
 Usage: scripts/bench tasks [--tasks N] [--parallel P]
@@ -50,8 +50,8 @@ def main() -> None:
     try:
         for name, fn, p in [("1 sandbox per task, 1 at a time (baseline)", fresh_each, 1),
                             (f"1 sandbox per task, {args.parallel} parallel", fresh_each, args.parallel),
-                            (f"validate_many: {args.parallel} parallel (default)", many(1), args.parallel),
-                            (f"validate_many: {args.parallel} parallel, reuse=25", many(25), args.parallel)]:
+                            (f"validate_many: {args.parallel} parallel, reuse=1", many(1), args.parallel),
+                            (f"validate_many: {args.parallel} parallel, reuse=25 (default)", many(25), args.parallel)]:
             wall, ok = fn(p)
             rows.append((name, 60 * len(specs) / wall, ok))
     finally:

@@ -57,12 +57,11 @@ for ((__i = 0; __i < 300; __i++)); do  # builtins only: the pids limit may still
 done
 cd /workspace
 if [ -z "$__left" ]; then echo "kill: clean"; else echo "kill: left processes[$__left]"; fi"""
-WIPE = r"""chmod -R u+rwx /workspace /tmp $HOME /dev/shm 2>/dev/null
-find /workspace /tmp $HOME /dev/shm /dev/mqueue -mindepth 1 -delete 2>/dev/null
-ipcrm -a 2>/dev/null
-__files=$(find /workspace /tmp $HOME /dev/shm /dev/mqueue -mindepth 1 -print -quit 2>&1)
-__ipc=$(ipcs 2>/dev/null | grep -c '^0x')
-if [ -z "$__files" ] && [ "$__ipc" = 0 ]; then echo "wipe: clean"; else echo "wipe: left files[$__files] ipc[$__ipc]"; fi"""
+WIPE = r"""__dirs="/workspace /tmp $HOME /dev/shm /dev/mqueue"
+chmod -R u+rwx $__dirs 2>/dev/null; find $__dirs -mindepth 1 -delete
+__wiped=$?; ipcrm -a 2>/dev/null; __ipc=0
+for __f in /proc/sysvipc/shm /proc/sysvipc/msg /proc/sysvipc/sem; do mapfile -t __l < $__f; (( __ipc += ${#__l[@]} - 1 )); done
+if [ $__wiped = 0 ] && [ $__ipc = 0 ]; then echo "wipe: clean"; else echo "wipe: left files (find exit $__wiped), $__ipc IPC objects"; fi"""
 
 AGENT_UID = 1000
 # timeout(1) puts itself and the command in a new process group; when it returns, whatever the command

@@ -18,8 +18,8 @@ sandbox is scrubbed, the task's files are put in, setup runs; the workspace as s
 verifier; twice, from scratch, setup and the reference solution then make it pass within the task's time
 limit with the same score; nothing may need the network. The first failing stage names the reason
 (`REASONS`). Reasons starting with "infra:" are the machine's fault, not the task's: retry rather than
-reject. `validate_many` does the same for many tasks in parallel, a new sandbox per task by default
-(`reuse` > 1 keeps a scrubbed sandbox for several tasks). Any other exception while a task is validated
+reject. `validate_many` does the same for many tasks in parallel, `sandbox.validation_reuse` tasks per
+sandbox, scrubbed between them (1: a new sandbox per task, about 2x slower). Any other exception while a task is validated
 is that task's rejection and the end of its sandbox; it never touches another task's verdict.
 
 `dedupe` drops near-duplicates by a normalised fingerprint of instruction + files (digits and case
@@ -250,12 +250,14 @@ def validate_agent_free(settings: Settings, spec: TaskSpec, *, start: SandboxSta
 
 
 def validate_many(settings: Settings, specs: list[TaskSpec], *, parallel: int = 4,
-                  start: SandboxStarter | None = None, reuse: int = 1) -> list[Validation]:
-    """Validate many tasks with `parallel` sandboxes alive, each used for `reuse` tasks (default one).
+                  start: SandboxStarter | None = None, reuse: int | None = None) -> list[Validation]:
+    """Validate many tasks with `parallel` sandboxes alive, each used for `reuse` tasks (default
+    `sandbox.validation_reuse`).
 
     Between stages and tasks the sandbox is scrubbed (see `Sandbox.scrub`); one that cannot be cleaned is
     discarded, and so is one in which anything went wrong."""
     starter = _starter(settings, start)
+    reuse = reuse or settings.sandbox.validation_reuse
     results: list[Validation | None] = [None] * len(specs)
     todo = iter(range(len(specs)))
     lock = threading.Lock()
