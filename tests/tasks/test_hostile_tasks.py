@@ -166,3 +166,31 @@ def test_a_validator_killed_mid_run_leaves_nothing_and_the_task_is_validated_aga
     v.admit(sandbox_settings, store, [fixed], run_id="r")
     assert store.get_task("slow-setup").status == TaskStatus.VALID
     store.close()
+
+
+def test_a_sandbox_removed_under_validation_costs_only_its_task(sandbox_settings: Settings) -> None:
+    """Incident recovery: the machine kills a validation sandbox mid-stage; that task is an infra retry
+    (not a rejection), the rest of the batch is decided as usual, and nothing is left running."""
+    import threading
+
+    before = labelled(sandbox_settings)
+    doomed = task("doomed", setup="sleep 20\n")
+
+    def kill_soon() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            out = podman(sandbox_settings, "ps", "--filter", f"label={LABEL}", "--format", "{{.Names}}",
+                         check=False).stdout.decode().split()
+            if set(out) - before:
+                time.sleep(1.5)
+                podman(sandbox_settings, "rm", "-f", "-t", "0", *(set(out) - before), check=False)
+                return
+            time.sleep(0.1)
+
+    killer = threading.Thread(target=kill_soon)
+    killer.start()
+    results = v.validate_many(sandbox_settings, [doomed, task("after-doomed")], parallel=1)
+    killer.join()
+    assert results[0].infra, results[0].reason
+    assert results[1].ok, results[1].reason
+    assert labelled(sandbox_settings) == before
