@@ -151,6 +151,17 @@ def overlay(data: bytes, files: Mapping[str, str]) -> tuple[bytes, list[str]]:
     return out.getvalue(), changed
 
 
+def without(data: bytes, paths: list[str]) -> bytes:
+    """The archive minus `paths` and everything under them."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as src, tarfile.open(fileobj=out, mode="w") as dst:
+        for m in src:
+            name = _norm(m.name)
+            if not any(name == p or name.startswith(p + "/") for p in paths):
+                dst.addfile(m, src.extractfile(m) if m.isreg() else None)
+    return out.getvalue()
+
+
 def unpack(data: bytes, dest: Path) -> None:
     """Extract a sanitized archive into `dest` (a fresh host directory)."""
     dest.mkdir(parents=True, exist_ok=True)

@@ -32,7 +32,6 @@ import hashlib
 import re
 import shlex
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -43,7 +42,7 @@ from typing import Any
 
 from appliance.config import Settings
 from appliance.errors import ApplianceError, NotFoundError, SandboxError
-from appliance.sandbox.transfer import members, overlay, pack_dir, pack_files, shell_get, shell_put
+from appliance.sandbox.transfer import members, overlay, pack_dir, pack_files, shell_get, shell_put, without
 from appliance.schemas import Split, Task, TaskStatus
 from appliance.tasks.format import TaskFormatError, TaskSpec
 
@@ -147,22 +146,12 @@ def _drop_planted(spec: TaskSpec, archive: bytes) -> tuple[bytes, list[str]]:
         path = PurePosixPath(name)
         # a directory shadows only as a regular package: namespace portions lose to the real module
         package = m.isdir() and f"{name}/__init__.py" in entries
-        stem = path.stem if path.suffix in (".py", ".pyc", ".so") else (path.name if package else None)
+        stem = path.name.split(".", 1)[0] if path.suffix in (".py", ".pyc", ".so") else (path.name if package else None)
         if stem in SHADOWED and name not in spec.files and not any(f.startswith(name + "/") for f in spec.files):
             planted.append(name)
     if not planted:
         return archive, []
-    import io
-    import tarfile
-
-    out = io.BytesIO()
-    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as src, tarfile.open(fileobj=out, mode="w") as dst:
-        for m in src:
-            name = "/".join(p for p in PurePosixPath(m.name).parts if p not in (".", "/"))
-            if any(name == p or name.startswith(p + "/") for p in planted):
-                continue
-            dst.addfile(m, src.extractfile(m) if m.isreg() else None)
-    return out.getvalue(), [f"{p} (module shadowing the standard library)" for p in planted]
+    return without(archive, planted), [f"{p} (module shadowing the standard library)" for p in planted]
 
 
 # --- running scripts in a sandbox ---------------------------------------------------------------
