@@ -28,6 +28,14 @@ _KINDS = {tarfile.FIFOTYPE: "fifo", tarfile.CHRTYPE: "device", tarfile.BLKTYPE: 
           tarfile.SYMTYPE: "link", tarfile.LNKTYPE: "hard link"}
 
 
+def _compact(data: bytes) -> bytes:
+    """Drop tarfile's padding to a 10 KiB record (most of a small archive): the members, then the two
+    zero blocks that end an archive. Members are 512-byte aligned, so re-padding to 512 restores any
+    zeros a member's own padding lost."""
+    body = data.rstrip(b"\0")
+    return body + b"\0" * (-len(body) % 512) + b"\0" * 1024
+
+
 def _norm(name: str) -> str:
     parts = [p for p in PurePosixPath(name).parts if p not in (".", "/")]
     return "/".join(parts)
@@ -51,7 +59,7 @@ def pack_files(files: Mapping[str, str | bytes]) -> bytes:
             info = tarfile.TarInfo(_norm(rel))
             info.size, info.mode = len(data), 0o644
             tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+    return _compact(buf.getvalue())
 
 
 def pack_dir(root: Path) -> tuple[bytes, list[str]]:
@@ -105,7 +113,7 @@ def sanitize(data: bytes) -> tuple[bytes, list[str]]:
             if clean.islnk():
                 clean = clean.replace(linkname=_norm(clean.linkname), deep=False)
             dst.addfile(clean, src.extractfile(member) if clean.isreg() else None)
-    return out.getvalue(), dropped
+    return _compact(out.getvalue()), dropped
 
 
 def members(data: bytes) -> dict[str, tarfile.TarInfo]:
@@ -148,7 +156,7 @@ def overlay(data: bytes, files: Mapping[str, str]) -> tuple[bytes, list[str]]:
         with restored:
             for m in restored:
                 dst.addfile(m, restored.extractfile(m) if m.isreg() else None)
-    return out.getvalue(), changed
+    return _compact(out.getvalue()), changed
 
 
 def without(data: bytes, paths: list[str]) -> bytes:
@@ -159,7 +167,7 @@ def without(data: bytes, paths: list[str]) -> bytes:
             name = _norm(m.name)
             if not any(name == p or name.startswith(p + "/") for p in paths):
                 dst.addfile(m, src.extractfile(m) if m.isreg() else None)
-    return out.getvalue()
+    return _compact(out.getvalue())
 
 
 def unpack(data: bytes, dest: Path) -> None:
