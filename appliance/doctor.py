@@ -173,9 +173,8 @@ def check_gpus(settings: Settings) -> Check:
 
 
 CHECKS: list[Callable[[Settings], Check]] = [
-    check_data_dir, check_store, check_resources, check_shared_memory, check_podman, check_image, check_isolation,
-    check_model,
-    check_vllm, check_gpus,
+    check_data_dir, check_store, check_resources, check_shared_memory, check_podman, check_image, check_model,
+    check_vllm, check_gpus, check_isolation,
 ]
 
 
