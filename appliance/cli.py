@@ -303,7 +303,7 @@ def sandbox() -> None:
 @sandbox.command("exec", context_settings={"ignore_unknown_options": True})
 @click.option("--json", "as_json", is_flag=True, help="Print exit_code, stdout, stderr, duration_s as JSON.")
 @click.option("--workspace", type=click.Path(path_type=Path), default=None,
-              help="Host directory mounted at /workspace (its files become owned by uid 1000); default: a fresh empty one.")
+              help="Host directory copied to /workspace and back when CMD ends; default: a fresh empty one.")
 @click.option("--timeout", type=float, default=None, help="Time limit of the command in seconds (default sandbox.command_timeout_s).")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context

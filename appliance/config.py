@@ -53,6 +53,18 @@ class SandboxSettings(Section):
     )
     max_concurrent: int = Field(8, ge=1, description="Sandboxes alive at once (the pool's cap).")
     start_retries: int = Field(2, ge=0, description="Retries of a failed sandbox start before it counts as infra error.")
+    workspace_size: str | None = Field(
+        None, description="Size cap of /workspace, a tmpfs inside each sandbox that counts against sandbox.memory "
+                          '(e.g. "128m"); default a quarter of sandbox.memory.'
+    )
+    validation_reuse: int = Field(
+        25, ge=1, description="Tasks validated one after another in one sandbox, scrubbed between them (every process "
+                              "killed, every writable place wiped and checked); 1 = a new sandbox per task (~2x slower)."
+    )
+    block_user_namespaces: bool = Field(
+        True, description="Run sandboxes under the appliance's seccomp profile (appliance/sandbox/seccomp.json): no new "
+                          "user namespaces, no mount/bpf/keyring/io_uring calls. No configured harness needs them."
+    )
 
 
 class EngineSettings(Section):

@@ -86,6 +86,14 @@ def check_image(settings: Settings) -> Check:
     return Check("sandbox image", False, f"{ref} is not built", "run `appliance init` (or scripts/setup)")
 
 
+def check_isolation(settings: Settings) -> Check:
+    """What bounds a sandbox's disk use and what keeps task code off the host (issue 14)."""
+    from appliance.sandbox.check import check_isolation as run_isolation
+
+    ok, detail, hint = run_isolation(settings)
+    return Check("isolation", ok, detail, hint)
+
+
 def check_model(settings: Settings) -> Check:
     folder = settings.model_path
     if not (folder / "config.json").exists():
@@ -166,7 +174,7 @@ def check_gpus(settings: Settings) -> Check:
 
 CHECKS: list[Callable[[Settings], Check]] = [
     check_data_dir, check_store, check_resources, check_shared_memory, check_podman, check_image, check_model,
-    check_vllm, check_gpus,
+    check_vllm, check_gpus, check_isolation,
 ]
 
 

@@ -125,7 +125,8 @@ def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> Rollout
                     episode = Episode(EndReason.SUBMITTED, turns, [])
         if episode.infra_error:
             raise _Infra(f"{episode.end_reason}: {episode.error or ''}".strip())
-        verdict = verify_workspace(settings, spec, workspace, start=practice.pool.start)
+        # sb.dropped: what the agent left that cannot leave its sandbox (FIFOs, sockets, links out): tampering
+        verdict = verify_workspace(settings, spec, workspace, start=practice.pool.start, dropped=sb.dropped)
         verifier_output, tampered = verdict.output, list(verdict.tampered)
         if verdict.error:
             raise _Infra(f"verifier: {verdict.error}")
@@ -135,6 +136,8 @@ def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> Rollout
             outcome, reason = Outcome.TRUNCATED, f"{TRUNCATING[episode.end_reason]}: after {turns} turns"
         else:
             mode = "format_error" if episode.commands == 0 and episode.parse_errors > 0 else "wrong_answer"
+            if verdict.timed_out:  # validation showed the verifier finishes; what the agent left made it hang
+                mode = "verifier_timeout"
             outcome, reason = Outcome.FAILURE, f"{mode}: verifier failed"
         if not verdict.passed and verdict.score:
             reward = float(verdict.score)

@@ -43,3 +43,30 @@ def check_podman(settings: Settings) -> tuple[bool, str, str]:
         return False, f"a sandbox is not isolated as expected: {lines.strip()[:300]}", (
             "the appliance needs --network=none and --read-only to work; check podman's version and config")
     return True, f"podman {version}: a hardened sandbox (no network, read-only root, uid 1000) ran in {took:.2f} s", ""
+
+
+def check_isolation(settings: Settings) -> tuple[bool, str, str]:
+    """(ok, detail, hint): what bounds a sandbox's workspace and whether new user namespaces are refused."""
+    from appliance.sandbox.sandbox import SECCOMP_PROFILE, workspace_bytes
+
+    cap = workspace_bytes(settings)
+    mechanism = f"/workspace is a tmpfs inside each sandbox capped at {cap // 2**20} MiB (counted in sandbox.memory)"
+    if settings.sandbox.block_user_namespaces and not SECCOMP_PROFILE.is_file():
+        return False, f"the seccomp profile {SECCOMP_PROFILE} is missing", "reinstall the appliance package"
+    if shutil.which("podman") is None or not image_exists(settings):
+        return False, f"{mechanism}; not tried: podman or the sandbox image is missing", "see the podman check"
+    try:
+        with Sandbox.start(settings) as sb:
+            r = sb.exec("df -B1 --output=fstype,size /workspace | tail -1; unshare -r true 2>&1 && echo USERNS", timeout=30)
+    except ApplianceError as e:
+        return False, e.message, e.hint
+    fields = r.stdout.split()
+    if fields[:2] != ["tmpfs", str(cap)]:
+        return False, f"/workspace is not the capped tmpfs expected ({r.stdout.strip()[:200]})", (
+            "check sandbox.workspace_size and podman's --tmpfs support")
+    if "USERNS" in r.stdout and settings.sandbox.block_user_namespaces:
+        return False, f"{mechanism}, but a sandbox could create a user namespace", (
+            "podman ignored --security-opt seccomp=...: check that podman was built with seccomp support")
+    userns = "new user namespaces refused (seccomp)" if settings.sandbox.block_user_namespaces else (
+        "new user namespaces ALLOWED (sandbox.block_user_namespaces = false)")
+    return True, f"{mechanism}; {userns}; no host directory is shared with task code", ""

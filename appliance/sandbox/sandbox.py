@@ -1,10 +1,15 @@
-"""One sandbox: a hardened, labelled Podman container with a host workspace bind-mounted at /workspace.
+"""One sandbox: a hardened, labelled Podman container whose /workspace is a size-capped tmpfs.
 
-`Sandbox.start(...)` runs the container detached with every limit from `settings.sandbox`; `exec` runs one
-command under `timeout -s KILL` inside (killing a `podman exec` client would not kill its process);
-`shell()` keeps one bash for many commands; `put`/`get` move files and trees as tar streams through
-`podman exec`, so paths resolve inside the container and a symlink planted by the agent cannot reach host
-files. `stop()` removes the container; a live-sandbox registry removes the rest at exit and on SIGTERM.
+`Sandbox.start(...)` runs the container detached with every limit from `settings.sandbox`; a host
+`workspace` directory is copied in as a tar stream after the start and copied back out (through the
+'data' filter) when the `with` block ends without an exception, so no host directory is ever shared with
+task code and the workspace cannot grow past `sandbox.workspace_size`. `exec` runs one command under
+`timeout -s KILL` inside (killing a `podman exec` client would not kill its process); `shell()` keeps one
+bash for many commands; `put`/`get` move files and trees as tar streams through `podman exec`, so paths
+resolve inside the container and a symlink planted by the agent cannot reach host files. Sandboxes
+without a model door run a small reaper as PID 1 instead of `--init` + `sleep`, so `scrub()` can kill
+every other process (`kill -9 -1` never reaches PID 1). `stop()` removes the container; a live-sandbox
+registry removes the rest at exit and on SIGTERM.
 """
 
 from __future__ import annotations
@@ -30,6 +35,35 @@ from appliance.sandbox.door import DOOR_PORT, DoorListener, ModelDoor
 from appliance.sandbox.image import image_ref
 from appliance.sandbox.podman import LABEL, OWNER_LABEL, podman, podman_bin, podman_cwd, podman_env
 from appliance.sandbox.shell import Capture, ExecResult, Shell, pump
+from appliance.sandbox.transfer import ignored_by_tar, members, pack_dir, sanitize, unpack
+
+SECCOMP_PROFILE = Path(__file__).parent / "seccomp.json"
+# PID 1 of a sandbox without a door: reaps every orphan and cannot be signalled from inside (the kernel
+# drops signals to a namespace's init that it has no handler for), so `kill -9 -1` leaves it alone.
+REAPER = ("import os, signal\n"
+          "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})\n"
+          "while True:\n"
+          "    try:\n"
+          "        while os.waitpid(-1, os.WNOHANG)[0] > 0: pass\n"
+          "    except ChildProcessError: pass\n"
+          "    signal.sigwait({signal.SIGCHLD})\n")
+# Between two uses of one sandbox: every process but PID 1 and this shell killed (kill(-1) is atomic
+# against fork: a child of a dying parent is never created), every writable place emptied (the root is
+# read-only; /workspace, /tmp, $HOME, /dev/shm, /dev/mqueue and SysV IPC are all there is), then checked.
+KILL_ALL = r"""kill -9 -1 2>/dev/null; kill -9 -1 2>/dev/null
+for ((__i = 0; __i < 300; __i++)); do  # builtins only: the pids limit may still be exhausted here
+  __left=""; for __d in /proc/[0-9]*; do __p=${__d#/proc/}; case $__p in 1|$$) ;; *) [ -e "$__d" ] && __left="$__left $__p";; esac; done
+  [ -z "$__left" ] && break; kill -9 -1 2>/dev/null; sleep 0.01 2>/dev/null
+done
+cd /workspace
+if [ -z "$__left" ]; then echo "kill: clean"; else echo "kill: left processes[$__left]"; fi"""
+WIPE = r"""__dirs="/workspace /tmp $HOME /dev/shm /dev/mqueue"
+[ -w /workspace ] || chmod u+rwx /workspace  # the verifier's read-only workspace, emptied already
+find $__dirs -mindepth 1 -delete 2>/dev/null || { chmod -R u+rwx $__dirs 2>/dev/null; find $__dirs -mindepth 1 -delete; }
+__wiped=$?
+__ipc() { __n=0; for __f in /proc/sysvipc/shm /proc/sysvipc/msg /proc/sysvipc/sem; do mapfile -t __l < $__f; (( __n += ${#__l[@]} - 1 )); done; }
+__ipc; (( __n > 0 )) && { ipcrm -a 2>/dev/null; __ipc; }
+if [ $__wiped = 0 ] && [ $__n = 0 ] && [ -w /workspace ]; then echo "wipe: clean"; else echo "wipe: left files (find exit $__wiped), $__n IPC objects"; fi"""
 
 AGENT_UID = 1000
 # timeout(1) puts itself and the command in a new process group; when it returns, whatever the command
@@ -51,20 +85,10 @@ def _size_bytes(size: str) -> int:
         raise SandboxError(f"sandbox.memory = {size!r} is not a size", 'use a number with a unit, e.g. "512m" or "2g"') from None
 
 
-def _skip_unsafe(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
-    """tarfile's 'data' filter, but an unsafe member (a link out of the tree) is skipped, not fatal."""
-    try:
-        return tarfile.data_filter(member, path)
-    except tarfile.FilterError:
-        return None
-
-
-def _chown_tree(path: Path, uid: int) -> None:
-    """The agent (uid 1000) must own its workspace; lchown never follows a symlink out of the tree."""
-    os.lchown(path, uid, uid)
-    for root, dirs, files in os.walk(path):
-        for name in dirs + files:
-            os.lchown(os.path.join(root, name), uid, uid)
+def workspace_bytes(settings: Settings) -> int:
+    """The cap of /workspace: `sandbox.workspace_size`, else a quarter of the sandbox's memory."""
+    ws = settings.sandbox.workspace_size
+    return _size_bytes(ws) if ws else _size_bytes(settings.sandbox.memory) // 4
 
 
 _live: dict[str, Sandbox] = {}
@@ -107,40 +131,43 @@ def _install_cleanup() -> None:
 class Sandbox:
     """A running sandbox; use `with Sandbox.start(settings, ...) as sb:` so it is always removed."""
 
-    def __init__(self, settings: Settings, name: str, workspace: Path, owns_workspace: bool,
+    def __init__(self, settings: Settings, name: str, workspace: Path | None,
                  door: DoorListener | None, socket_dir: Path | None) -> None:
         self.settings, self.name, self.workspace = settings, name, workspace
-        self._owns_workspace, self._door, self._socket_dir = owns_workspace, door, socket_dir
+        self._door, self._socket_dir = door, socket_dir
         self._shell: Shell | None = None
         self._stopped = False
         self.on_stop: list[Callable[[], None]] = []
+        # What the last copy out of the sandbox left out (FIFOs, devices, sockets, links out of the tree):
+        # the agent's doing, recorded as tampering by the verifier's caller.
+        self.dropped: list[str] = []
 
     @classmethod
     def start(cls, settings: Settings, workspace: Path | None = None, image: str | None = None,
               door: ModelDoor | None = None, labels: Mapping[str, str] | None = None) -> Sandbox:
         name = f"appliance-{uuid.uuid4().hex[:12]}"
         ref = image or image_ref(settings)
-        owns = workspace is None
-        if workspace is None:
-            workspace = settings.home / "sandboxes" / name
-            workspace.mkdir(parents=True)
-        else:
+        contents = None
+        if workspace is not None:
             workspace = Path(workspace).resolve()
             if not workspace.is_dir():
                 raise SandboxError(f"workspace {workspace} does not exist or is not a directory",
                                    "create the directory first, or omit the workspace for an empty one")
-        _chown_tree(workspace, AGENT_UID)
+            # Read before the sandbox exists: task code never runs while the host reads this directory.
+            contents, _ = pack_dir(workspace)
         listener, socket_dir, sb = None, None, None
         try:
             if door is not None:
                 socket_dir = settings.sockets_dir / name
                 socket_dir.mkdir(parents=True, mode=0o755)
                 listener = door.listen(socket_dir / "door.sock")
-            sb = cls(settings, name, workspace, owns, listener, socket_dir)
+            sb = cls(settings, name, workspace, listener, socket_dir)
             with _live_lock:
                 _live[name] = sb
             _install_cleanup()
             sb._run(ref, labels or {})
+            if contents is not None:
+                sb.put_tar(contents)
             if listener is not None and not listener.ready.wait(10):
                 raise SandboxError(f"the model door relay in sandbox {name} did not come up within 10 s",
                                    "check that the image is current: run `appliance init`")
@@ -153,8 +180,6 @@ class Sandbox:
                     listener.close()
                 if socket_dir is not None:
                     shutil.rmtree(socket_dir, ignore_errors=True)
-                if owns:
-                    shutil.rmtree(workspace, ignore_errors=True)
             raise
 
     def _run(self, ref: str, labels: Mapping[str, str]) -> None:
@@ -164,20 +189,23 @@ class Sandbox:
                 "--label", f"{LABEL}=1", "--label", f"{OWNER_LABEL}={os.getpid()}",
                 *(a for k, v in labels.items() for a in ("--label", f"{k}={v}")),
                 "--network=none", "--cap-drop=ALL", "--security-opt=no-new-privileges",
+                *([f"--security-opt=seccomp={SECCOMP_PROFILE}"] if s.block_user_namespaces else []),
                 "--read-only", "--read-only-tmpfs=false",
                 # tmpfs pages count against --memory and cannot be swapped out: full tmpfs mounts must
                 # leave room for processes, or the sandbox could never start another command.
                 "--tmpfs", f"/tmp:rw,nosuid,nodev,size={mem // 4}",
                 "--tmpfs", f"/home/agent:rw,nosuid,nodev,size={mem // 8},mode=0700,U",
                 f"--memory={s.memory}", f"--memory-swap={s.memory}", f"--pids-limit={s.pids_limit}",
-                f"--cpus={s.cpus}", f"--user={AGENT_UID}:{AGENT_UID}", "--init",
-                f"--timeout={s.lifetime_s}", "--log-driver=none", "--hostname=sandbox",
-                "-v", f"{self.workspace}:/workspace:rw", "--workdir=/workspace"]
+                # The workspace lives inside the sandbox: no host directory is shared with task code, and
+                # its pages count against --memory, so it can fill neither the host disk nor the store.
+                "--tmpfs", f"/workspace:rw,nosuid,nodev,size={workspace_bytes(self.settings)},mode=0755,U",
+                f"--cpus={s.cpus}", f"--user={AGENT_UID}:{AGENT_UID}",
+                f"--timeout={s.lifetime_s}", "--log-driver=none", "--hostname=sandbox", "--workdir=/workspace"]
         if self._socket_dir is not None:
-            args += ["-v", f"{self._socket_dir}:{DOOR_MOUNT}:ro"]
+            args += ["--init", "-v", f"{self._socket_dir}:{DOOR_MOUNT}:ro"]
             cmd = ["python3", "/usr/local/bin/appliance-door", str(DOOR_PORT), f"{DOOR_MOUNT}/door.sock"]
         else:
-            cmd = ["sleep", "infinity"]
+            cmd = ["python3", "-c", REAPER]
         errors: list[str] = []
         for attempt in range(self.settings.sandbox.start_retries + 1):
             proc = podman(self.settings, *args, ref, *cmd, check=False, timeout=120)
@@ -257,30 +285,64 @@ class Sandbox:
             raise SandboxError(f"put {dest} into sandbox {self.name} failed: {proc.stderr.decode(errors='replace').strip()}",
                                "the destination must be writable by the agent: /workspace, /tmp or /home/agent")
 
-    def get(self, src: str, local_dest: Path | str) -> Path:
-        """Copy a file or directory tree from inside to exactly `local_dest` on the host (replaced if present)."""
-        source, dest = PurePosixPath(src), Path(local_dest)
+    def put_tar(self, data: bytes, dest: str = "/workspace") -> None:
+        """Extract a tar archive (built on the host) at `dest` inside, as the agent."""
+        proc = subprocess.run([podman_bin(), "exec", "-i", self.name, "tar", "-x", "--no-same-owner", "-C", dest],
+                              input=data, capture_output=True, env=podman_env(self.settings), timeout=300)
+        if proc.returncode != 0:
+            raise SandboxError(f"copying into {dest} of sandbox {self.name} failed: "
+                               f"{proc.stderr.decode(errors='replace').strip()[-500:]}",
+                               "the sandbox may be gone, or the workspace larger than sandbox.workspace_size")
+
+    def get_tar(self, src: str = "/workspace") -> tuple[bytes, list[str]]:
+        """The tree at `src` as a sanitized archive, and what was left out (see `transfer.sanitize`).
+
+        Files the agent made unreadable are left out, not an error: a workspace the agent broke is the
+        agent's failure, never the machine's."""
+        source = PurePosixPath(src)
         with tempfile.TemporaryFile() as buf:
-            proc = subprocess.run([podman_bin(), "exec", self.name, "tar", "-c", "-C", str(source.parent), source.name],
+            proc = subprocess.run([podman_bin(), "exec", self.name, "tar", "-c", "--ignore-failed-read",
+                                   "-C", str(source.parent), source.name],
                                   stdout=buf, stderr=subprocess.PIPE, env=podman_env(self.settings), timeout=300)
-            if proc.returncode != 0:
-                raise SandboxError(f"get {src} from sandbox {self.name} failed: {proc.stderr.decode(errors='replace').strip()}",
+            err = proc.stderr.decode(errors="replace")
+            if proc.returncode not in (0, 1):  # 1: a file changed while it was read
+                raise SandboxError(f"get {src} from sandbox {self.name} failed: {err.strip()[-500:]}",
                                    "check the path with sb.exec('ls -la ...')")
             buf.seek(0)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=dest.parent) as tmp, tarfile.open(fileobj=buf) as tar:
-                # The archive comes from the untrusted side: the 'data' filter refuses absolute paths,
-                # links pointing out of the target, and device files.
-                tar.extractall(tmp, filter=_skip_unsafe)
-                if dest.is_symlink() or dest.is_file():
-                    dest.unlink()
-                elif dest.exists():
-                    shutil.rmtree(dest)
-                os.replace(Path(tmp) / source.name, dest)
+            data, dropped = sanitize(buf.read())
+        if source.name not in members(data):  # --ignore-failed-read also forgives a missing source
+            raise SandboxError(f"get {src} from sandbox {self.name} failed: {err.strip()[-500:] or 'nothing there'}",
+                               "check the path with sb.exec('ls -la ...')")
+        return data, dropped + ignored_by_tar(err)
+
+    def get(self, src: str, local_dest: Path | str) -> Path:
+        """Copy a file or directory tree from inside to exactly `local_dest` on the host (replaced if present).
+
+        The archive comes from the untrusted side: the 'data' filter drops absolute paths, links pointing
+        out of the target, devices and FIFOs (named in `self.dropped`)."""
+        source, dest = PurePosixPath(src), Path(local_dest)
+        data, self.dropped = self.get_tar(src)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
+            unpack(data, Path(tmp))
+            if dest.is_symlink() or dest.is_file():
+                dest.unlink()
+            elif dest.exists():
+                shutil.rmtree(dest)
+            os.replace(Path(tmp) / source.name, dest)
         return dest
 
+    def scrub(self, *, wipe: bool = True) -> None:
+        """Kill every process but PID 1 and the shell; with `wipe`, also empty every writable place, so the
+        sandbox is as clean as a new one. Raise SandboxError when it cannot (then discard the sandbox).
+        Only for sandboxes without a door (their PID 1 is the reaper)."""
+        r = self.shell().run(KILL_ALL + ("\n" + WIPE if wipe else ""), timeout=30)
+        if "kill: clean" not in r.stdout or (wipe and "wipe: clean" not in r.stdout):
+            raise SandboxError(f"sandbox {self.name} could not be cleaned: {(r.stdout + r.stderr).strip()[-300:]}",
+                               "the sandbox is discarded; a new one is started")
+
     def stop(self, *, removed: bool = False) -> None:
-        """Remove the container (idempotent); also the door, its socket dir and an auto-created workspace."""
+        """Remove the container (idempotent); also the door and its socket dir."""
         if self._stopped:
             return
         self._stopped = True
@@ -296,13 +358,17 @@ class Sandbox:
                 self._door.close()
             if self._socket_dir is not None:
                 shutil.rmtree(self._socket_dir, ignore_errors=True)
-            if self._owns_workspace:
-                shutil.rmtree(self.workspace, ignore_errors=True)
             for fn in self.on_stop:
                 fn()
 
     def __enter__(self) -> Sandbox:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        """Copy /workspace back into the host workspace (when one was given and the block ended cleanly),
+        then stop; a copy that fails (the sandbox died) raises SandboxError after the stop."""
+        try:
+            if exc_type is None and self.workspace is not None and not self._stopped:
+                self.get("/workspace", self.workspace)
+        finally:
+            self.stop()

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 import re
+import stat
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
@@ -23,6 +26,10 @@ FORMAT_VERSION = 1
 SOURCES = ("procedural", "self_proposed", "user")
 VERIFY_LANGS = {"bash": "verify.sh", "python": "verify.py"}
 TASK_FILE = "task.toml"
+# Caps on what a task may ask for: a validator or a rollout is held at most this long per command, and
+# an agent gets at most this many turns (nan, inf and 1e12 would hold a sandbox for its whole lifetime).
+MAX_TIMEOUT_S = 3600.0
+MAX_TURNS = 200
 
 
 class TaskFormatError(ApplianceError):
@@ -81,10 +88,28 @@ class TaskSpec:
                 data["limits"] = Limits(**limits)
             except TypeError as e:
                 raise TaskFormatError(f"bad [limits]: {e}", "limits has max_turns and timeout_s") from None
-        data["files"] = {str(k): str(v) for k, v in (data.get("files") or {}).items()}
+        elif not isinstance(limits, Limits):
+            raise TaskFormatError(f"limits must be a table, got {limits!r}", "write [limits] max_turns = 6, timeout_s = 30")
+        for key in ("files", "meta"):
+            if not isinstance(data.get(key) or {}, dict):
+                raise TaskFormatError(f"{key} must be a table, got {type(data[key]).__name__}",
+                                      "see docs/TASKS.md for the task format")
+        if not isinstance(data.get("protected") or [], list):
+            raise TaskFormatError("protected must be a list of workspace paths", 'e.g. protected = ["tests/test_x.py"]')
+        for key in ("id", "family", "instruction", "verify", "solution", "setup", "verify_lang", "source"):
+            if key in data and not isinstance(data[key], str):
+                raise TaskFormatError(f"{key} must be text, got {type(data[key]).__name__}", f"write {key} as a string")
+        for k, v in (data.get("files") or {}).items():
+            if not isinstance(v, str):
+                raise TaskFormatError(f"workspace file {k!r} must be text, got {type(v).__name__}",
+                                      "workspace files are UTF-8 text; create binary files in setup.sh")
+        data["files"] = {str(k): v for k, v in (data.get("files") or {}).items()}
         data["protected"] = [str(p) for p in data.get("protected") or []]
         data["meta"] = dict(data.get("meta") or {})
-        data["difficulty"] = int(data["difficulty"])
+        try:
+            data["difficulty"] = int(data["difficulty"])
+        except (TypeError, ValueError):
+            raise TaskFormatError(f"difficulty {data['difficulty']!r} is not a number", "set difficulty to 1..5") from None
         spec_obj = cls(**data)
         spec_obj.check()
         return spec_obj
@@ -106,12 +131,28 @@ class TaskSpec:
             if p.is_absolute() or ".." in p.parts or not p.parts:
                 raise TaskFormatError(f"workspace path {path!r} leaves the workspace",
                                       "use a relative path without '..'")
+            if "\0" in path or path.endswith("/") or any(len(part.encode()) > 255 for part in p.parts):
+                raise TaskFormatError(f"workspace path {path!r} is not a file name",
+                                      "use a relative file path of plain names (no NUL, no trailing '/')")
+        texts = [self.instruction, self.verify, self.solution, self.setup, *self.files.values()]
+        if not all(isinstance(t, str) for t in texts):
+            raise TaskFormatError("the instruction, the scripts and every workspace file must be text",
+                                  "workspace files are UTF-8 text; create binary files in setup.sh")
+        if any("\0" in t for t in texts):
+            raise TaskFormatError("a script, the instruction or a workspace file contains a NUL byte",
+                                  "task files are text; create binary files in setup.sh")
         missing = [p for p in self.protected if p not in self.files]
         if missing:
             raise TaskFormatError(f"protected paths {missing} are not workspace files of the task",
                                   "a protected file must be given in the task so it can be restored")
-        if self.limits.max_turns < 1 or self.limits.timeout_s <= 0:
-            raise TaskFormatError(f"limits {self.limits} are not positive", "max_turns >= 1 and timeout_s > 0")
+        turns, timeout = self.limits.max_turns, self.limits.timeout_s
+        if isinstance(turns, bool) or not isinstance(turns, int) or not 1 <= turns <= MAX_TURNS:
+            raise TaskFormatError(f"limits.max_turns = {turns!r} is not a whole number in 1..{MAX_TURNS}",
+                                  f"set max_turns to 1..{MAX_TURNS}")
+        if (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout)
+                or not 0 < timeout <= MAX_TIMEOUT_S):
+            raise TaskFormatError(f"limits.timeout_s = {timeout!r} is not a finite number of seconds in "
+                                  f"(0, {MAX_TIMEOUT_S:g}]", f"set timeout_s to at most {MAX_TIMEOUT_S:g} (e.g. 30.0)")
 
     def digest(self, path: str) -> str:
         return hashlib.sha256(self.files[path].encode()).hexdigest()
@@ -129,18 +170,46 @@ def load_task(path: Path | str) -> TaskSpec:
     path = Path(path)
     if not path.exists():
         raise TaskFormatError(f"{path} does not exist", "pass a task directory or a .toml task file")
-    if path.is_dir():
-        return _load_dir(path)
-    data = _read_toml(path)
+    # The path the user names may itself be a link; links *inside* the task are refused.
+    real = path.resolve()
+    if real.is_dir():
+        return _load_dir(real, default_id=path.name)
+    data = _read_toml(real)
     data.setdefault("id", path.stem)
     return TaskSpec.from_spec(_toml_to_spec(data))
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def _read_text(path: Path) -> str:
+    """A task file as UTF-8 text; a link, a special file or bytes that are not UTF-8 are a clear rejection."""
+    _regular(path)
+    data = path.read_bytes()
     try:
-        return tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise TaskFormatError(f"{path} is not UTF-8 text (byte {e.start}, line {line}: {data[e.start:e.start + 1]!r})",
+                              "save it as UTF-8; create binary files in setup.sh instead") from None
+
+
+def _regular(path: Path) -> None:
+    """Task files are plain files: a link could carry a host file's content into the sandbox."""
+    mode = os.lstat(path).st_mode
+    if stat.S_ISLNK(mode):
+        raise TaskFormatError(f"{path} is a symbolic link; links in a task directory are not allowed",
+                              "replace the link by a copy of the file (or create it in setup.sh)")
+    if not stat.S_ISREG(mode):
+        raise TaskFormatError(f"{path} is not a regular file", "a task holds plain text files and directories only")
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    text = _read_text(path)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
         raise TaskFormatError(f"{path} is not valid TOML: {e}", "fix the syntax at the position named") from None
+    except RecursionError:
+        raise TaskFormatError(f"{path} nests arrays or tables too deeply to be a task",
+                              "a task needs only a few levels of tables; see docs/TASKS.md") from None
 
 
 def _toml_to_spec(data: dict[str, Any]) -> dict[str, Any]:
@@ -155,30 +224,34 @@ def _toml_to_spec(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _load_dir(d: Path) -> TaskSpec:
+def _load_dir(d: Path, default_id: str | None = None) -> TaskSpec:
     toml_path = d / TASK_FILE
     if not toml_path.exists():
         raise TaskFormatError(f"{d} has no {TASK_FILE}", "a task directory holds task.toml, verify.sh and solution.sh")
     data = _toml_to_spec(_read_toml(toml_path))
-    data.setdefault("id", d.name)
+    data.setdefault("id", default_id or d.name)
     ws = d / "workspace"
+    if ws.is_symlink():
+        raise TaskFormatError(f"{ws} is a symbolic link; links in a task directory are not allowed",
+                              "make workspace/ a plain directory")
     if ws.is_dir():
         files = dict(data.get("files") or {})
-        for f in sorted(ws.rglob("*")):
-            if f.is_file():
-                rel = f.relative_to(ws).as_posix()
-                try:
-                    files[rel] = f.read_text()
-                except UnicodeDecodeError:
-                    raise TaskFormatError(f"workspace file {f} is not UTF-8 text",
-                                          "create binary files in setup.sh instead") from None
+        # os.walk never follows a link to a directory; every entry is checked with lstat, so a link
+        # (to a host file or directory) or a special file is a rejection, never read through.
+        for root, dirs, names in os.walk(ws):
+            for name in sorted(dirs):
+                if os.path.islink(os.path.join(root, name)):
+                    _regular(Path(root) / name)
+            for name in sorted(names):
+                f = Path(root) / name
+                files[f.relative_to(ws).as_posix()] = _read_text(f)
         data["files"] = files
     for name, key in (("setup.sh", "setup"), ("solution.sh", "solution")):
-        if (d / name).exists():
-            data[key] = (d / name).read_text()
+        if os.path.lexists(d / name):
+            data[key] = _read_text(d / name)
     for lang, name in VERIFY_LANGS.items():
-        if (d / name).exists():
-            data["verify"] = (d / name).read_text()
+        if os.path.lexists(d / name):
+            data["verify"] = _read_text(d / name)
             data["verify_lang"] = lang
     return TaskSpec.from_spec(data)
 

@@ -1,16 +1,26 @@
 """Is a task sound? The verifier's pristine run, agent-free validation, dedupe, agent-based banding.
 
-`verify_workspace` is how every episode is judged: a copy of the final workspace, protected files put
-back from the task (a changed or missing one is recorded as tampering), the verifier run in a new
-sandbox that the agent never saw, no network.
+Task code (setup, reference solution, verifier; self-proposed tasks are written by the policy) and the
+agent's leftovers are untrusted. Nothing here shares a host directory with a sandbox: workspaces go in
+and out as tar archives built and read in memory (`appliance.sandbox.transfer`), through the 'data'
+filter, so links, FIFOs, sockets and devices never reach the host and are named as tampering.
 
-`validate_agent_free` decides whether a task may enter the pool, in one sandbox whose workspace is
-reset from the host between stages (with /tmp and $HOME wiped and leftover processes killed), which
-costs a few shell commands instead of five sandbox starts: setup runs; the untouched workspace must
-fail the verifier; the reference solution must pass it within the task's time limit, twice with the
-same score; nothing may need the network. The first failing stage names the reason (`REASONS`).
-Reasons starting with "infra:" are the machine's fault, not the task's: retry rather than reject.
-`validate_many` does the same for many tasks, reusing each sandbox for several of them.
+`judge` is how every verdict is reached, in rollouts and in validation alike (a verifier cannot tell them
+apart by how it is run): a sandbox scrubbed clean (no process, no file in /tmp, $HOME, /dev/shm,
+/dev/mqueue, no SysV IPC), the workspace put in with the task's protected files restored (a changed or
+missing one, a planted module shadowing the standard library, a special file: tampering), made
+read-only, and the verifier started from outside the workspace: `python3 -I -c` or `bash --noprofile
+--norc -c` under `env -i` with a fixed PATH, so nothing in /workspace is imported or sourced unasked.
+`verify_workspace` judges a rollout's final workspace in a new sandbox the agent never saw.
+
+`validate_agent_free` decides whether a task may enter the pool. Each stage runs like a rollout: the
+sandbox is scrubbed, the task's files are put in, setup runs; the workspace as set up must fail the
+verifier; twice, from scratch, setup and the reference solution then make it pass within the task's time
+limit with the same score; nothing may need the network. The first failing stage names the reason
+(`REASONS`). Reasons starting with "infra:" are the machine's fault, not the task's: retry rather than
+reject. `validate_many` does the same for many tasks in parallel, `sandbox.validation_reuse` tasks per
+sandbox, scrubbed between them (1: a new sandbox per task, about 2x slower). Any other exception while a task is validated
+is that task's rejection and the end of its sandbox; it never touches another task's verdict.
 
 `dedupe` drops near-duplicates by a normalised fingerprint of instruction + files (digits and case
 folded, whitespace collapsed), so two tasks that differ only in a number count as one.
@@ -19,26 +29,30 @@ folded, whitespace collapsed), so two tasks that differ only in a number count a
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import shlex
-import shutil
-import tempfile
+import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from appliance.config import Settings
-from appliance.errors import ApplianceError, NotFoundError
+from appliance.errors import ApplianceError, NotFoundError, SandboxError
+from appliance.sandbox.transfer import members, overlay, pack_dir, pack_files, shell_get, shell_put, without
 from appliance.schemas import Split, Task, TaskStatus
 from appliance.tasks.format import TaskFormatError, TaskSpec
 
 VERIFY_TIMEOUT_S = 60.0
 AGENT_UID = 1000
+SHELL_PUT_MAX = 256 * 1024  # archives up to this size go through the persistent shell
+SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# A module the agent leaves under one of these names would run inside a Python verifier that imports it
+# from the workspace (`python3 test_x.py` puts the script's directory first on sys.path).
+SHADOWED = frozenset(sys.stdlib_module_names) | {"sitecustomize", "usercustomize"}
 
 # Rejection reasons, stored verbatim in tasks.reject_reason (tests and the report group by them).
 BAD_FORMAT = "bad format"
@@ -50,8 +64,9 @@ VERIFIER_CRASHED = "verifier crashed"
 REFERENCE_FAILS = "reference solution fails the verifier"
 NONDETERMINISTIC = "non-deterministic verifier"
 DUPLICATE = "near-duplicate"
+TASK_BROKE_VALIDATION = "task broke validation"
 REASONS = (BAD_FORMAT, SETUP_FAILED, NEEDS_NETWORK, OVER_LIMIT, UNTOUCHED_PASSES, VERIFIER_CRASHED,
-           REFERENCE_FAILS, NONDETERMINISTIC, DUPLICATE)
+           REFERENCE_FAILS, NONDETERMINISTIC, DUPLICATE, TASK_BROKE_VALIDATION)
 
 # What a program says when it tried to reach the network from a `--network=none` sandbox.
 _NET_ERRORS = re.compile(
@@ -61,7 +76,7 @@ _NET_ERRORS = re.compile(
 _NET_COMMANDS = re.compile(r"\b(curl|wget|pip3? install|apt(-get)? |npm |git clone|ssh |nc |ping )|https?://", re.I)
 _SCORE = re.compile(r"^SCORE=\s*([0-9.eE+-]+)\s*$", re.M)
 
-# Starting a sandbox: `Sandbox.start` or `SandboxPool.start`, keyword `workspace`.
+# Starting a sandbox without a door: `Sandbox.start` or `SandboxPool.start`.
 SandboxStarter = Callable[..., AbstractContextManager[Any]]
 
 
@@ -70,9 +85,12 @@ class VerifyResult:
     passed: bool
     score: float | None  # the verifier's SCORE=, else 1.0 / 0.0 from the exit code; None on error
     output: str
-    tampered: list[str] = field(default_factory=list)  # protected paths the agent changed or removed
-    error: str | None = None  # the verifier could not run (sandbox failure, time limit): an infra error
+    # protected paths the agent changed or removed, and "path (kind)" for what it left that the verifier
+    # does not get: special files, links out of the workspace, modules shadowing the standard library
+    tampered: list[str] = field(default_factory=list)
+    error: str | None = None  # the verifier could not run (its sandbox failed): an infra error
     duration_s: float = 0.0
+    timed_out: bool = False  # the verifier ran past VERIFY_TIMEOUT_S on this workspace (the agent's doing)
 
 
 @dataclass(slots=True)
@@ -105,79 +123,77 @@ def _starter(settings: Settings, start: SandboxStarter | None) -> SandboxStarter
     return lambda **kw: Sandbox.start(settings, **kw)
 
 
-# --- the workspace on the host -----------------------------------------------------------------
+# --- the workspace on the host (rollouts write it before their sandbox starts) ----------------------
 def write_workspace(spec: TaskSpec, root: Path) -> None:
-    """The task's files under root (which must exist); the caller's sandbox runs setup."""
+    """The task's files under root (a fresh host directory no sandbox sees yet)."""
     for rel in spec.files:
-        _safe_write(root, rel, spec.files[rel])
+        target = root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(spec.files[rel])
 
 
-def _safe_write(root: Path, rel: str, text: str) -> None:
-    """Write root/rel without following a link the agent planted (a parent symlinked to /etc, say)."""
-    cur = root
-    parts = PurePosixPath(rel).parts
-    for part in parts[:-1]:
-        cur = cur / part
-        if cur.is_symlink() or (cur.exists() and not cur.is_dir()):
-            cur.unlink()
-        cur.mkdir(exist_ok=True)
-    target = cur / parts[-1]
-    if target.is_symlink() or target.is_file():
-        target.unlink()
-    elif target.is_dir():
-        shutil.rmtree(target)
-    target.write_text(text)
+def restore_protected(spec: TaskSpec, archive: bytes) -> tuple[bytes, list[str]]:
+    """Put the protected files back from the task over a workspace archive; return it and the paths the
+    agent had changed or removed."""
+    return overlay(archive, {rel: spec.files[rel] for rel in spec.protected})
 
 
-def restore_protected(spec: TaskSpec, root: Path) -> list[str]:
-    """Put the protected files back from the task; return those the agent had changed or removed."""
-    tampered = []
-    for rel in spec.protected:
-        p = root / rel
-        try:
-            same = (not p.is_symlink() and p.is_file()
-                    and hashlib.sha256(p.read_bytes()).hexdigest() == spec.digest(rel))
-        except OSError:
-            same = False
-        if not same:
-            tampered.append(rel)
-        _safe_write(root, rel, spec.files[rel])
-    return tampered
-
-
-def _chown(root: Path) -> None:
-    if os.geteuid() != 0:
-        return
-    os.lchown(root, AGENT_UID, AGENT_UID)
-    for d, dirs, files in os.walk(root):
-        for name in dirs + files:
-            os.lchown(os.path.join(d, name), AGENT_UID, AGENT_UID)
-
-
-def _reset(dest: Path, src: Path) -> None:
-    """Make dest (a live bind mount: keep the directory itself) an exact copy of src."""
-    _clear(dest)
-    shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
-    _chown(dest)
+def _drop_planted(spec: TaskSpec, archive: bytes) -> tuple[bytes, list[str]]:
+    """Remove modules named like the standard library that the task did not ship (see SHADOWED)."""
+    planted = []
+    entries = members(archive)
+    for name, m in entries.items():
+        path = PurePosixPath(name)
+        # a directory shadows only as a regular package: namespace portions lose to the real module
+        package = m.isdir() and f"{name}/__init__.py" in entries
+        stem = path.name.split(".", 1)[0] if path.suffix in (".py", ".pyc", ".so") else (path.name if package else None)
+        if stem in SHADOWED and name not in spec.files and not any(f.startswith(name + "/") for f in spec.files):
+            planted.append(name)
+    if not planted:
+        return archive, []
+    return without(archive, planted), [f"{p} (module shadowing the standard library)" for p in planted]
 
 
 # --- running scripts in a sandbox ---------------------------------------------------------------
-def _command(script: str, lang: str = "bash") -> str:
-    interp = "python3" if lang == "python" else "bash"
-    # A subshell per stage: no cwd, variable or function leaks from one stage into the next.
-    return f"(cd /workspace && {interp} -c {shlex.quote(script)})"
+def _command(script: str) -> str:
+    # A subshell per stage: no cwd, variable or function leaks into the shell that drives the sandbox.
+    return f"(cd /workspace && exec bash -c {shlex.quote(script)})"
 
 
-# Before every stage: no files in /tmp or $HOME and no process left from the stage before (except init,
-# the container's main `sleep`, and the persistent shell running this).
-_CLEAN = ("rm -rf /tmp/* /tmp/.[!.]* /tmp/..?* $HOME/* $HOME/.[!.]* $HOME/..?* 2>/dev/null; "
-          "for d in /proc/[0-9]*; do p=${d#/proc/}; case $p in 1|$$|$BASHPID) continue;; esac; "
-          "[ \"$(tr '\\0' ' ' < $d/cmdline 2>/dev/null)\" = 'sleep infinity ' ] && continue; kill -9 $p 2>/dev/null; "
-          "done; true")
+def judge_command(spec: TaskSpec) -> str:
+    """The verifier's command line: from outside /workspace, nothing inherited, the workspace read-only."""
+    interp = "python3 -I -c" if spec.verify_lang == "python" else "bash --noprofile --norc -c"
+    env = f"env -i PATH={SAFE_PATH} HOME=/home/agent USER=agent LANG=C.UTF-8 TERM=dumb"
+    return f"chmod -R a-w /workspace; (cd /workspace && exec {env} {interp} {shlex.quote(spec.verify)})"
 
 
-def _run(sb: Any, script: str, lang: str, timeout: float) -> Any:
-    return sb.shell().run(_command(script, lang), timeout=timeout)
+def judge(sb: Any, spec: TaskSpec, archive: bytes) -> Any:
+    """Run the verifier over `archive` (restored and sanitized already) in a scrubbed sandbox."""
+    sb.scrub()
+    _put(sb, archive)
+    return sb.shell().run(judge_command(spec), timeout=VERIFY_TIMEOUT_S)
+
+
+def _put(sb: Any, archive: bytes) -> None:
+    """Through the shell when small (a few ms), else streamed by `podman exec` (bounded memory)."""
+    if len(archive) <= SHELL_PUT_MAX:
+        shell_put(sb.shell(), archive)
+    else:
+        sb.put_tar(archive)
+
+
+def _get(sb: Any) -> tuple[bytes, list[str]]:
+    """The workspace out of a sandbox whose processes are dead; through the shell when it fits."""
+    sb.scrub(wipe=False)
+    got = shell_get(sb.shell())
+    return got if got is not None else sb.get_tar("/workspace")
+
+
+def prepare(spec: TaskSpec, archive: bytes) -> tuple[bytes, list[str]]:
+    """What the verifier gets from a final workspace: protected files restored, planted modules removed."""
+    restored, tampered = restore_protected(spec, archive)
+    cleaned, planted = _drop_planted(spec, restored)
+    return cleaned, tampered + planted
 
 
 def score_of(exit_code: int, stdout: str) -> float:
@@ -190,96 +206,107 @@ def score_of(exit_code: int, stdout: str) -> float:
     return 1.0 if exit_code == 0 else 0.0
 
 
-def _verdict(result: Any, tampered: list[str], t0: float) -> VerifyResult:
-    output = (result.stdout + ("\n" + result.stderr if result.stderr.strip() else "")).strip()
-    if result.timed_out:
-        return VerifyResult(False, None, output, tampered, "verifier exceeded its time limit", time.monotonic() - t0)
-    return VerifyResult(result.exit_code == 0, score_of(result.exit_code, result.stdout), output, tampered,
-                        None, time.monotonic() - t0)
-
-
 def verify_workspace(settings: Settings, spec: TaskSpec, workspace_dir: Path | str, *,
-                     start: SandboxStarter | None = None) -> VerifyResult:
-    """Judge a final workspace: copy it, restore protected files from the task, run the verifier in a
-    new sandbox (no network). The agent's directory is not modified."""
+                     start: SandboxStarter | None = None, dropped: Sequence[str] = ()) -> VerifyResult:
+    """Judge a rollout's final workspace (a host directory no sandbox can reach any more) in a new
+    sandbox. `dropped`: what the copy out of the agent's sandbox left out (`Sandbox.dropped`), recorded
+    as tampering. A verifier past its time limit on this workspace is the agent's failure; only a sandbox
+    that fails is an error (infra)."""
     t0 = time.monotonic()
-    scratch = settings.home / "verify"
-    scratch.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=scratch) as tmp:
-        copy = Path(tmp) / "workspace"
-        try:
-            shutil.copytree(workspace_dir, copy, symlinks=True)
-        except (OSError, shutil.Error) as e:
-            return VerifyResult(False, None, "", [], f"cannot copy the workspace: {e}", time.monotonic() - t0)
-        tampered = restore_protected(spec, copy)
-        try:
-            with _starter(settings, start)(workspace=copy) as sb:
-                result = sb.exec(["python3" if spec.verify_lang == "python" else "bash", "-c", spec.verify],
-                                 timeout=VERIFY_TIMEOUT_S)
-        except ApplianceError as e:
-            return VerifyResult(False, None, "", tampered, f"{type(e).__name__}: {e.message}", time.monotonic() - t0)
-        return _verdict(result, tampered, t0)
+    try:
+        archive, skipped = pack_dir(Path(workspace_dir))
+    except OSError as e:
+        return VerifyResult(False, None, "", [], f"cannot read the workspace: {e}", time.monotonic() - t0)
+    archive, tampered = prepare(spec, archive)
+    tampered = tampered + list(dropped) + skipped
+    try:
+        with _starter(settings, start)() as sb:
+            r = judge(sb, spec, archive)
+    except ApplianceError as e:
+        return VerifyResult(False, None, "", tampered, f"{type(e).__name__}: {e.message}", time.monotonic() - t0)
+    output = (r.stdout + ("\n" + r.stderr if r.stderr.strip() else "")).strip()
+    if r.timed_out:
+        output = (output + f"\n[appliance: the verifier ran past {VERIFY_TIMEOUT_S:g} s on this workspace]").strip()
+        return VerifyResult(False, 0.0, output, tampered, None, time.monotonic() - t0, timed_out=True)
+    return VerifyResult(r.exit_code == 0, score_of(r.exit_code, r.stdout), output, tampered, None,
+                        time.monotonic() - t0)
 
 
 # --- agent-free validation -------------------------------------------------------------------------
 def validate_agent_free(settings: Settings, spec: TaskSpec, *, start: SandboxStarter | None = None) -> Validation:
-    """Run the stages in one sandbox (workspace reset from the host between them); see the module doc."""
+    """Run the stages in a new sandbox; see the module doc."""
     return validate_many(settings, [spec], parallel=1, start=start)[0]
 
 
 def validate_many(settings: Settings, specs: list[TaskSpec], *, parallel: int = 4,
-                  start: SandboxStarter | None = None, reuse: int = 25) -> list[Validation]:
-    """Validate many tasks with `parallel` sandboxes alive, each reused for up to `reuse` tasks.
+                  start: SandboxStarter | None = None, reuse: int | None = None) -> list[Validation]:
+    """Validate many tasks with `parallel` sandboxes alive, each used for `reuse` tasks (default
+    `sandbox.validation_reuse`).
 
-    Between tasks (as between stages) the workspace is reset from the host, /tmp and $HOME are wiped and
-    every process the previous stage left behind is killed, so a reused sandbox is as clean as a new one
-    while costing a few shell commands instead of a container start and removal."""
+    Between stages and tasks the sandbox is scrubbed (see `Sandbox.scrub`); one that cannot be cleaned is
+    discarded, and so is one in which anything went wrong."""
     starter = _starter(settings, start)
+    reuse = reuse or settings.sandbox.validation_reuse
     results: list[Validation | None] = [None] * len(specs)
     todo = iter(range(len(specs)))
     lock = threading.Lock()
-    scratch = settings.home / "validate"
-    scratch.mkdir(parents=True, exist_ok=True)
+
+    def close(sb: Any) -> None:
+        try:
+            sb.__exit__(None, None, None)
+        except ApplianceError:
+            pass
 
     def worker() -> None:
         sb, used = None, 0
-        with tempfile.TemporaryDirectory(dir=scratch) as tmp:
-            live = Path(tmp) / "live"
-            live.mkdir()
-            try:
-                while True:
-                    with lock:
-                        i = next(todo, None)
-                    if i is None:
-                        return
-                    spec = specs[i]
-                    try:
-                        spec.check()
-                    except TaskFormatError as e:
-                        results[i] = Validation(False, [Stage("format", False, e.message)], f"{BAD_FORMAT}: {e.message}")
-                        continue
-                    stages = [Stage("format", True)]
-                    try:
-                        _clear(live)
-                        write_workspace(spec, live)
-                        _chown(live)
-                        if sb is None or used >= reuse:
-                            if sb is not None:
-                                sb.__exit__(None, None, None)
-                            sb, used = None, 0
-                            sb = starter(workspace=live).__enter__()
-                        used += 1
-                        reason = _stages(sb, spec, live, Path(tmp) / "pristine", stages)
-                        results[i] = Validation(reason is None, stages, reason)
-                    except ApplianceError as e:
-                        stages.append(Stage("sandbox", False, e.message))
-                        results[i] = Validation(False, stages, f"infra: {type(e).__name__}: {e.message}")
+        try:
+            while True:
+                with lock:
+                    i = next(todo, None)
+                if i is None:
+                    return
+                spec = specs[i]
+                try:
+                    spec.check()
+                except TaskFormatError as e:
+                    results[i] = Validation(False, [Stage("format", False, e.message)], f"{BAD_FORMAT}: {e.message}")
+                    continue
+                except Exception as e:  # noqa: BLE001 - a spec too broken to check is that task's rejection
+                    results[i] = Validation(False, [Stage("format", False, repr(e)[:300])],
+                                            f"{BAD_FORMAT}: {type(e).__name__}: {e}"[:300])
+                    continue
+                stages = [Stage("format", True)]
+                try:
+                    if sb is None or used >= reuse:
                         if sb is not None:
-                            sb.__exit__(None, None, None)
-                        sb = None
-            finally:
-                if sb is not None:
-                    sb.__exit__(None, None, None)
+                            close(sb)
+                        sb, used = None, 0
+                        sb = starter().__enter__()
+                    used += 1
+                    reason = _stages(sb, spec, stages)
+                    results[i] = Validation(reason is None, stages, reason)
+                    if used < reuse:
+                        try:
+                            sb.scrub()
+                        except SandboxError as e:  # left something that outlives a kill and a wipe
+                            results[i] = Validation(False, stages, f"{TASK_BROKE_VALIDATION}: {e.message}")
+                            close(sb)
+                            sb = None
+                except ApplianceError as e:
+                    stages.append(Stage("sandbox", False, e.message))
+                    results[i] = Validation(False, stages, f"infra: {type(e).__name__}: {e.message}")
+                    if sb is not None:
+                        close(sb)
+                    sb = None
+                except Exception as e:  # noqa: BLE001 - whatever a task provokes is that task's rejection
+                    stages.append(Stage("error", False, f"{type(e).__name__}: {e}"[-600:]))
+                    results[i] = Validation(False, stages, f"{TASK_BROKE_VALIDATION}: {type(e).__name__}: {e}"[:300])
+                    if sb is not None:
+                        close(sb)
+                    sb = None
+        finally:
+            if sb is not None:
+                close(sb)
 
     workers = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, min(parallel, len(specs))))]
     for t in workers:
@@ -289,21 +316,13 @@ def validate_many(settings: Settings, specs: list[TaskSpec], *, parallel: int = 
     return [r if r is not None else Validation(False, [], "infra: validation did not run") for r in results]
 
 
-def _clear(root: Path) -> None:
-    for child in root.iterdir():
-        if child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child)
-        else:
-            child.unlink()
-
-
-def _stages(sb: Any, spec: TaskSpec, live: Path, pristine: Path, stages: list[Stage]) -> str | None:
+def _stages(sb: Any, spec: TaskSpec, stages: list[Stage]) -> str | None:
     limit = spec.limits.timeout_s
+    files = pack_files(spec.files)
+    sh = sb.shell()
 
-    def stage(name: str, script: str, lang: str = "bash", timeout: float = limit) -> Any:
-        sb.shell().run(_CLEAN, timeout=30)
-        r = _run(sb, script, lang, timeout)
-        stages.append(Stage(name, r.exit_code == 0 and not r.timed_out, _tail(r), r.duration_s))
+    def record(name: str, r: Any, ok: bool | None = None) -> Any:
+        stages.append(Stage(name, (r.exit_code == 0 and not r.timed_out) if ok is None else ok, _tail(r), r.duration_s))
         return r
 
     def failed_run(r: Any, script: str, what: str) -> str:
@@ -314,15 +333,23 @@ def _stages(sb: Any, spec: TaskSpec, live: Path, pristine: Path, stages: list[St
             return f"{NEEDS_NETWORK}: {what} failed: {_tail(r, 200)}"
         return f"{SETUP_FAILED if what == 'setup' else REFERENCE_FAILS}: {what} exited {r.exit_code}: {_tail(r, 200)}"
 
-    shutil.rmtree(pristine, ignore_errors=True)
-    if spec.setup.strip():
-        r = stage("setup", spec.setup)
-        if r.exit_code != 0 or r.timed_out:
-            return failed_run(r, spec.setup, "setup")
-    shutil.copytree(live, pristine, symlinks=True)
+    def set_up(recorded: bool) -> str | None:
+        """A rollout's start: a clean sandbox, the task's files, setup."""
+        sb.scrub()
+        _put(sb, files)
+        if spec.setup.strip():
+            r = sh.run(_command(spec.setup), timeout=limit)
+            if recorded:
+                record("setup", r)
+            if r.exit_code != 0 or r.timed_out:
+                why = failed_run(r, spec.setup, "setup")
+                return why if recorded else f"{NONDETERMINISTIC}: setup failed the second time: {why}"
+        return None
 
-    _reset(live, pristine)
-    r = stage("untouched", spec.verify, spec.verify_lang, VERIFY_TIMEOUT_S)
+    if (why := set_up(recorded=True)) is not None:
+        return why
+    untouched, _ = _get(sb)
+    r = record("untouched", judge(sb, spec, prepare(spec, untouched)[0]))
     stages[-1].ok = r.exit_code != 0  # this stage succeeds when the verifier says "fail"
     if "Traceback (most recent call last)" in r.stderr:
         return f"{VERIFIER_CRASHED} on the untouched workspace: {_tail(r, 300)}"
@@ -333,15 +360,16 @@ def _stages(sb: Any, spec: TaskSpec, live: Path, pristine: Path, stages: list[St
 
     scores = []
     for i in (1, 2):
-        _reset(live, pristine)
-        r = stage(f"reference-{i}", spec.solution)
+        if (why := set_up(recorded=False)) is not None:
+            return why
+        r = record(f"reference-{i}", sh.run(_command(spec.solution), timeout=limit))
         if r.timed_out or (r.exit_code != 0 and (_NET_ERRORS.search(r.stdout + r.stderr))):
             return failed_run(r, spec.solution, "reference solution")
-        tampered = restore_protected(spec, live)
-        _chown(live)
-        if tampered:
-            stages[-1].detail += f"\n(reference solution changed protected files: {', '.join(tampered)})"
-        r = stage(f"verify-{i}", spec.verify, spec.verify_lang, VERIFY_TIMEOUT_S)
+        final, dropped = _get(sb)
+        archive, tampered = prepare(spec, final)
+        if tampered or dropped:
+            stages[-1].detail += f"\n(the reference solution changed protected files or left: {', '.join(tampered + dropped)})"
+        r = record(f"verify-{i}", judge(sb, spec, archive))
         if r.timed_out:
             return f"verifier {OVER_LIMIT} ({VERIFY_TIMEOUT_S:g} s) after the reference solution"
         if r.exit_code != 0:

@@ -136,7 +136,11 @@ def test_cli_sandbox_exec(sandbox_settings: Settings, tmp_path: Path) -> None:
     r = CliRunner().invoke(main, ["sandbox", "exec", "--workspace", str(tmp_path / "nope"), "--", "true"], env=env)
     assert r.exit_code == 1 and "does not exist" in r.output and "Traceback" not in r.output
     assert labelled(s) == []
-    assert os.stat(tmp_path / "ws" / "in.txt").st_uid == 1000
+    # the workspace is copied in and back (no bind mount): host files stay the invoking user's
+    assert os.stat(tmp_path / "ws" / "in.txt").st_uid == os.geteuid()
+    r = CliRunner().invoke(main, ["sandbox", "exec", "--workspace", str(tmp_path / "ws"), "--", "echo new > out.txt"],
+                           env=env)
+    assert r.exit_code == 0 and (tmp_path / "ws" / "out.txt").read_text() == "new\n"
 
 
 def test_a_broken_runtime_is_retried_then_explained(sandbox_settings: Settings, tmp_path: Path) -> None:

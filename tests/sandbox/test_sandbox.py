@@ -49,7 +49,7 @@ def test_writes_outside_the_workspace_fail(sb: Sandbox) -> None:
         assert r.exit_code != 0, path
     r = sb.exec("echo ok > /workspace/out && echo t > /tmp/t && echo h > ~/h && cat /workspace/out /tmp/t ~/h")
     assert r.stdout == "ok\nt\nh\n"
-    assert (sb.workspace / "out").read_text() == "ok\n"
+    assert sb.get("/workspace/out", sb.settings.home / "out").read_text() == "ok\n"
     r = sb.exec("sudo id; su -c id; grep Cap /proc/self/status | sort -u")
     assert "CapEff:\t0000000000000000" in r.stdout and "uid=0" not in r.stdout
 
@@ -152,7 +152,6 @@ def test_no_container_left_after_an_exception(sandbox_settings: Settings) -> Non
     with pytest.raises(RuntimeError), Sandbox.start(sandbox_settings) as box:
         raise RuntimeError("boom")
     assert box.name not in labelled(sandbox_settings)
-    assert not box.workspace.exists()  # an auto-created workspace goes with its sandbox
 
 
 def test_bad_input_gives_clear_errors_and_no_leak(sandbox_settings: Settings, tmp_path: Path,
@@ -169,4 +168,43 @@ def test_bad_input_gives_clear_errors_and_no_leak(sandbox_settings: Settings, tm
     assert "scripts/setup" in e.value.hint
     monkeypatch.undo()
     assert labelled(sandbox_settings) == before
-    assert list((sandbox_settings.home / "sandboxes").iterdir()) == []
+
+
+def test_no_user_namespaces_and_a_bounded_workspace(sb: Sandbox, sandbox_settings: Settings) -> None:
+    """Issue 14: the seccomp profile refuses new user namespaces; /workspace is a capped tmpfs."""
+    r = sb.exec("unshare -r id; unshare -U true; python3 -c 'import ctypes; libc = ctypes.CDLL(None, use_errno=True); "
+                "print(libc.unshare(0x10000000), ctypes.get_errno())'", timeout=30)
+    assert "uid=0" not in r.stdout and r.stderr.count("Operation not permitted") == 2, r.stderr
+    assert r.stdout.split() == ["-1", "1"]  # unshare(CLONE_NEWUSER): EPERM
+    r = sb.exec("python3 -c 'import threading; t = threading.Thread(target=print, args=(\"threads ok\",)); t.start()'")
+    assert r.stdout == "threads ok\n"  # clone3 answers ENOSYS, glibc falls back to clone
+    r = sb.exec("fallocate -l 20G /workspace/big; df -B1 --output=fstype,size /workspace | tail -1")
+    assert r.exit_code == 0 and r.stdout.split()[0] == "tmpfs"
+    from appliance.sandbox.sandbox import workspace_bytes
+
+    assert int(r.stdout.split()[1]) == workspace_bytes(sandbox_settings)
+
+
+def test_scrub_leaves_a_sandbox_as_clean_as_a_new_one(sb: Sandbox) -> None:
+    made = sb.exec("(setsid bash -c 'exec -a sleep sleep 1000' &); (exec -a 'sleep infinity' sleep 1000 &); "
+            "echo x > /dev/shm/m; echo x > /tmp/m; echo x > ~/.m; mkdir -p /workspace/d; chmod 000 /workspace/d; "
+            "ipcmk -Q >/dev/null; python3 -c 'import ctypes; ctypes.CDLL(\"librt.so.1\").mq_open(b\"/q\", 0o102, 0o600, None)'; "
+            "ls /dev/mqueue", timeout=10)
+    assert made.stdout.split() == ["q"], made  # a POSIX message queue exists
+    sh = sb.shell()
+    sh.run("(exec -a sleep sleep 1000 &)")
+    sb.scrub()
+    r = sh.run("for d in /proc/[0-9]*; do printf '%s ' ${d#/proc/}; done; echo / $$")  # builtins: no new process
+    pids, shell = r.stdout.split(" / ")
+    assert sorted(pids.split()) == sorted(["1", shell.strip()]), r.stdout  # the reaper and the shell
+    r = sh.run("ls -A /workspace /tmp ~ /dev/shm /dev/mqueue; ipcs -q | grep -c 0x")
+    lines = r.stdout.split()
+    assert "m" not in lines and ".m" not in lines and "d" not in lines and "q" not in lines and lines[-1] == "0", r.stdout
+
+
+def test_doctor_reports_the_isolation_mechanism(sandbox_settings: Settings) -> None:
+    from appliance.doctor import check_isolation
+
+    c = check_isolation(sandbox_settings)
+    assert c.ok, c.detail
+    assert "tmpfs" in c.detail and "MiB" in c.detail and "user namespaces refused" in c.detail

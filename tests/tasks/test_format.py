@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -65,3 +67,69 @@ def test_bad_toml_names_the_file(tmp_path: Path) -> None:
     p.write_text("id = = 1\n")
     with pytest.raises(TaskFormatError, match="t.toml is not valid TOML"):
         load_task(p)
+
+
+# --- hostile task files (issue 14): each is a clear rejection, never a traceback or a host file read ---
+
+def _task_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "t"
+    write_task(sample_spec(), d)
+    return d
+
+
+def test_links_in_a_task_directory_are_refused(tmp_path: Path) -> None:
+    secret = tmp_path / "host-secret"
+    secret.write_text("root-only\n")
+    for where in ("workspace/leak.txt", "workspace/tests", "verify.sh", "workspace"):
+        d = _task_dir(tmp_path)
+        target = d / where
+        if target.is_dir():
+            shutil.rmtree(target)
+        else:
+            target.unlink(missing_ok=True)
+        os.symlink(secret if where.endswith((".txt", ".sh")) else tmp_path, target)
+        with pytest.raises(TaskFormatError, match="symbolic link") as e:
+            load_task(d)
+        assert e.value.hint
+        shutil.rmtree(d)
+    d = _task_dir(tmp_path)
+    os.mkfifo(d / "workspace" / "pipe")  # would block a reader forever
+    with pytest.raises(TaskFormatError, match="not a regular file"):
+        load_task(d)
+
+
+def test_invalid_utf8_and_toml_bombs_are_clear_rejections(tmp_path: Path) -> None:
+    d = _task_dir(tmp_path)
+    (d / "solution.sh").write_bytes(b"echo \xff\xfe hi\n")
+    with pytest.raises(TaskFormatError, match="solution.sh is not UTF-8 text .*line 1"):
+        load_task(d)
+    bomb = tmp_path / "bomb.toml"
+    bomb.write_text("x = " + "[" * 50_000 + "]" * 50_000 + "\n")
+    with pytest.raises(TaskFormatError, match="nests .* too deeply"):
+        load_task(bomb)
+    (tmp_path / "bin.toml").write_bytes(b'id = "\xc3\x28"\n')
+    with pytest.raises(TaskFormatError, match="not UTF-8"):
+        load_task(tmp_path / "bin.toml")
+
+
+@pytest.mark.parametrize("limits, words", [
+    ({"timeout_s": float("nan")}, "finite"), ({"timeout_s": float("inf")}, "finite"), ({"timeout_s": 1e12}, "finite"),
+    ({"timeout_s": -1}, "finite"), ({"timeout_s": "30"}, "finite"), ({"max_turns": 10**9}, "max_turns"),
+    ({"max_turns": 0}, "max_turns"), ({"max_turns": 2.5}, "max_turns"),
+])
+def test_absurd_limits_are_refused(limits: dict, words: str) -> None:
+    spec = sample_spec().to_spec() | {"limits": {"max_turns": 3, "timeout_s": 10.0} | limits}
+    with pytest.raises(TaskFormatError, match=words) as e:
+        TaskSpec.from_spec(spec)
+    assert e.value.hint
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"difficulty": "hard"}, "not a number"), ({"files": ["a"]}, "must be a table"),
+    ({"files": {"a.txt": 3}}, "must be text"), ({"verify": ["x"]}, "must be text"),
+    ({"files": {"a\0b": "x"}}, "not a file name"), ({"solution": "echo \0"}, "NUL"),
+    ({"limits": 5}, "must be a table"),
+])
+def test_wrong_types_are_explained(change: dict, words: str) -> None:
+    with pytest.raises(TaskFormatError, match=words):
+        TaskSpec.from_spec(sample_spec().to_spec() | change)

@@ -1,0 +1,69 @@
+"""Workspace archives (no Podman): what comes from the untrusted side is re-packed, and what is dropped is named."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from pathlib import Path
+
+from appliance.sandbox import transfer
+from appliance.tasks import TaskSpec
+from appliance.tasks.validate import prepare
+
+
+def hostile_archive() -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        def add(name: str, type_: bytes = tarfile.REGTYPE, data: bytes = b"", link: str = "") -> None:
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname, info.size, info.mode = type_, link, len(data), 0o644
+            tar.addfile(info, io.BytesIO(data) if data else None)
+
+        add("./ok.txt", data=b"fine")
+        add("./abs", tarfile.SYMTYPE, link="/etc/shadow")
+        add("./up", tarfile.SYMTYPE, link="../../etc")
+        add("./inside", tarfile.SYMTYPE, link="ok.txt")
+        add("./pipe", tarfile.FIFOTYPE)
+        add("./dev", tarfile.CHRTYPE)
+        add("/etc/cron.d/x", data=b"* * * * * root evil")
+        add("../escape.txt", data=b"x")
+    return buf.getvalue()
+
+
+def test_sanitize_keeps_the_tree_and_names_what_it_drops(tmp_path: Path) -> None:
+    data, dropped = transfer.sanitize(hostile_archive())
+    # an absolute name is made relative (it lands inside the tree, never at /)
+    assert set(transfer.members(data)) == {"ok.txt", "inside", "etc/cron.d/x"}
+    assert {d.split(" ")[0] for d in dropped} == {"abs", "up", "pipe", "dev", "../escape.txt"}
+    transfer.unpack(data, tmp_path / "out")
+    assert (tmp_path / "out" / "ok.txt").read_text() == "fine" and os.readlink(tmp_path / "out" / "inside") == "ok.txt"
+    assert not (tmp_path / "escape.txt").exists()
+
+
+def test_pack_dir_never_follows_links_and_leaves_special_files_out(tmp_path: Path) -> None:
+    (tmp_path / "secret").write_text("host")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("a")
+    os.symlink(tmp_path / "secret", ws / "link")
+    os.mkfifo(ws / "pipe")
+    data, dropped = transfer.pack_dir(ws)
+    assert set(transfer.members(data)) == {"a.txt"}
+    assert "pipe (special file)" in dropped and any(d.startswith("link (link") for d in dropped)
+    assert b"host" not in data
+
+
+def test_prepare_restores_protected_files_over_whatever_stands_in_their_way() -> None:
+    spec = TaskSpec(id="t", family="f", difficulty=1, instruction="i", verify="v", solution="s",
+                    files={"tests/check.py": "ok\n", "calc.py": "x\n", "json.py": "shipped\n"},
+                    protected=["tests/check.py"])
+    agent = transfer.pack_files({"calc.py": "y\n", "unittest/__init__.py": "evil", "json.py": "shipped\n",
+                                 "tests/check.py/inner": "z", "re.py": "evil", "csv/data.csv": "1,2"})
+    data, tampered = prepare(spec, agent)
+    names = set(transfer.members(data))
+    assert transfer.read_member(data, "tests/check.py") == b"ok\n"
+    assert "unittest/__init__.py" not in names and "re.py" not in names
+    assert "json.py" in names and "csv/data.csv" in names  # a task's own file and a plain data dir stay
+    assert sorted(tampered) == ["re.py (module shadowing the standard library)", "tests/check.py",
+                                "unittest (module shadowing the standard library)"]
