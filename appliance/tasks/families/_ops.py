@@ -17,8 +17,10 @@ PRELUDE helpers), the reference solution and the facts the request mentions; and
 - **held-out pairs**: the last phrasing of every op, and every phrasing of an op with `heldout=True`,
   are generated only for split "heldout" (`pairs(..., split)`); training never sees them.
 
-`spec.meta` carries operation, phrasing, hint, trap, source and `request_id` (the id of the same task
-without a hint, so a success on a hinted task can be relabelled as one of the bare request).
+`spec.meta` carries operation, phrasing (index; -1 for a spelled-out level-1 command or a hand-written
+generator), hint ("" for none), trap ("" for none), source, tool and `request_id` (the id of the same
+task without a hint, so a success on a hinted task can be relabelled as one of the bare request).
+Hand-written generators' tasks get operation "<family>.<variant>".
 """
 
 from __future__ import annotations
@@ -196,8 +198,9 @@ def render(o: Op, phrasing: int, level: int, rng: random.Random, *, trap: str | 
 
 
 def _meta(o: Op, phrasing: int | None, trap: str | None, hint: str | None) -> dict:
-    return {"operation": o.name, "phrasing": phrasing, "trap": trap, "hint": hint, "source": o.source,
-            "tool": o.tool}
+    # TOML has no null: "no phrasing" is -1 (a spelled-out command), "no trap"/"no hint" is "".
+    return {"operation": o.name, "phrasing": -1 if phrasing is None else phrasing, "trap": trap or "",
+            "hint": hint or "", "source": o.source, "tool": o.tool}
 
 
 def generate_family(family: str, level: int, rng: random.Random, *, split: str = "train",
@@ -214,7 +217,8 @@ def generate_family(family: str, level: int, rng: random.Random, *, split: str =
         if 1 in legacy and (not ones or rng.random() < 0.5):
             return _legacy(legacy[1](rng))
         return render(rng.choice(ones), 0, 1, rng)
-    if level in legacy and (level == 5 or (split == "train" and hint is None and rng.random() < LEGACY_SHARE)):
+    coin = rng.random()  # drawn whatever the hint, so the hinted and bare renderings of a seed agree
+    if level in legacy and (level == 5 or (split == "train" and hint is None and coin < LEGACY_SHARE)):
         return _legacy(legacy[level](rng))
     cands = pairs(family, level, split)
     if not cands:
@@ -230,9 +234,9 @@ def generate_family(family: str, level: int, rng: random.Random, *, split: str =
 
 def _legacy(spec: TaskSpec) -> TaskSpec:
     spec.meta.setdefault("operation", f"{spec.family}.{spec.meta.get('variant', 'legacy')}")
-    spec.meta.setdefault("phrasing", "legacy")
-    spec.meta.setdefault("trap", None)
-    spec.meta.setdefault("hint", None)
+    spec.meta.setdefault("phrasing", -1)  # a hand-written template, not a table phrasing
+    spec.meta.setdefault("trap", "")
+    spec.meta.setdefault("hint", "")
     return spec
 
 
@@ -296,8 +300,8 @@ def lines_is(path: str, lines: list[str]) -> str:
 
 def line_set_is(path: str, lines: list[str]) -> str:
     """The same lines in any order."""
-    return (f"check(sorted(norm(read({path!r})) or []) == {sorted(lines)!r}, "
-            f"{path!r} + ' should list {sorted(lines)!r} (any order), found ' + repr(read({path!r})))")
+    return (f"_want = {sorted(lines)!r}\ncheck(sorted(norm(read({path!r})) or []) == _want, "
+            f"{path!r} + ' should list ' + repr(_want) + ' (any order), found ' + repr(read({path!r})))")
 
 
 def gone(path: str) -> str:
