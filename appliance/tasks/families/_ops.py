@@ -9,8 +9,9 @@ PRELUDE helpers), the reference solution and the facts the request mentions; and
 
 - **traps** make the first obvious attempt fail so the error must be read and the command retried.
   Generic ones are applied here: `spaces` (the input file's name has spaces), `gzip` (the request names
-  the input, but only its gzipped copy is there: "No such file"), `missing-dir` (the output goes into a directory that does not exist yet), `absent` (the
-  request names a tool that the sandbox image lacks). Op-specific ones (`header`, `crlf`, ...) are drawn by
+  the input, but only its gzipped copy is there: "No such file"), `missing-dir` (the output goes into a
+  directory that does not exist yet), `absent` (the request names a tool that the sandbox image lacks:
+  column, dos2unix, sponge, python). Op-specific ones (`header`, `crlf`, ...) are drawn by
   the op's own `build` from `ctx.trap`.
 - **hints** (the ladder between level 1's spelled-out command and the bare request): `tool` appends the
   tool's name, `partial` the start of the reference command, `None` is the request only.
@@ -178,7 +179,7 @@ def render(o: Op, phrasing: int, level: int, rng: random.Random, *, trap: str | 
                     verify=case.verify, solution=case.solution, setup=case.setup, protected=case.protected,
                     meta=_meta(o, None, None, None))
     request = _capital(o.phrasings[phrasing].format(**case.facts))
-    if trap == "absent":
+    if trap == "absent" and f"`{o.absent}" not in request:
         request += f" (`{o.absent}` would do this, if it is installed.)"
 
     def spec(h: str | None) -> TaskSpec:

@@ -412,18 +412,77 @@ def _squeeze(c: Ctx) -> Case:
                 dict(src=src, out=out))
 
 
-@op("text", "reverse-characters", (3, 4), "util-linux: rev (absent here; python3 or sed instead)", "python3",
-    ["Reverse the characters of every line of {src} ('abc' becomes 'cba') and write the result to {out}.",
-     "{out} should hold each line of {src} spelled backwards, lines in the same order.",
-     "Mirror each line of {src} character by character into {out}.",
-     "Write {src} to {out} with the text of each line reversed (the line order stays).",
-     ], traps=("absent",), absent="rev")
+@op("text", "reverse-characters", (1, 2, 3), "util-linux: rev", "rev", [
+    "Reverse the characters of every line of {src} ('abc' becomes 'cba') and write the result to {out}.",
+    "{out} should hold each line of {src} spelled backwards, lines in the same order.",
+    "Mirror each line of {src} character by character into {out}.",
+    "Write {src} to {out} with the text of each line reversed (the line order stays).",
+], traps=IO)
 def _rev(c: Ctx) -> Case:
     src, lines = _todo(c, 3, 5)
     out = c.out("mirrored.txt")
-    return Case({src: text_of(lines)}, lines_is(out, [x[::-1] for x in lines]),
-                f"python3 -c 'import sys\nfor l in sys.stdin: print(l.rstrip(\"\\n\")[::-1])' < {q(src)} > {q(out)}",
-                dict(src=src, out=out), partial="python3 -c 'import sys ...")
+    return Case({src: text_of(lines)}, lines_is(out, [x[::-1] for x in lines]), f"rev {q(src)} > {q(out)}",
+                dict(src=src, out=out))
+
+
+@op("text", "align-columns", (3, 4), "util-linux: column -t (absent here: awk or python3 instead)", "awk", [
+    "{src} has whitespace-separated columns of uneven width. Write {out} with the columns aligned: each "
+    "column padded with spaces to its widest entry, two spaces between columns, no trailing spaces.",
+    "Pretty-print the table {src} into {out} the way `column -t` does (left-aligned, 2-space gaps).",
+    "Line up the fields of {src} in neat columns in {out}: pad each field to the column's width, separate "
+    "columns by two spaces, and do not pad the last column.",
+    "Make {src} readable: {out} should show its columns aligned (two spaces between, like column -t).",
+], traps=("absent",), absent="column")
+def _column(c: Ctx) -> Case:
+    src, out = c.src("txt", ["table", "hosts", "stock", "usage"]), c.out("aligned.txt")
+    rows = [["NAME", "CITY", "SCORE"]] + [[n.split()[0], c.pick(CITIES), str(c.rng.randint(1, 9999))]
+                                         for n in c.pick(FULL_NAMES, c.rng.randint(3, 6))]
+    widths = [max(len(r[k]) for r in rows) for k in range(3)]
+    want = ["  ".join(r[k].ljust(widths[k]) for k in range(2)) + "  " + r[2] for r in rows]
+    code = ("import sys\nrows = [l.split() for l in open(sys.argv[1]) if l.strip()]\n"
+            "w = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]\n"
+            "for r in rows: print('  '.join(f.ljust(w[k]) for k, f in enumerate(r)).rstrip())")
+    return Case({src: text_of([" ".join(r) for r in rows])}, lines_is(out, want) + "\n" + exact_is(out, text_of(want)),
+                f"python3 -c {q(code)} {q(src)} > {q(out)}", dict(src=src, out=out), partial="python3 -c 'import sys ...")
+
+
+@op("text", "crlf-to-lf", (2, 3, 4), "dos2unix (absent here: sed or tr instead)", "sed", [
+    "{src} has Windows line endings (CRLF). Convert it in place to Unix line endings (LF).",
+    "Strip the carriage returns from the line ends of {src}; edit the file itself.",
+    "Make {src} a Unix text file: every \\r\\n should become \\n.",
+    "Fix {src}'s DOS line endings in place.",
+], traps=("absent", "spaces"), absent="dos2unix")
+def _crlf(c: Ctx) -> Case:
+    src, lines = _todo(c, 3, 6)
+    want = text_of(lines)
+    verify = (f"got = open({src!r}, 'rb').read() if os.path.exists({src!r}) else b''\n"
+              f"check(got == {want.encode()!r}, '{src} should have LF line endings and the same text, found ' + repr(got[:200]))")
+    return Case({src: want.replace("\n", "\r\n")}, verify, f"sed -i 's/\\r$//' {q(src)}", dict(src=src))
+
+
+@op("text", "sort-in-place", (2, 3, 4), "GNU coreutils: sort -o (`sort f > f` empties f)", "sort -o", [
+    "Sort {src} in place: the file itself should end up with its lines in alphabetical order.",
+    "Alphabetise the lines of {src}, overwriting {src} (no other file should be needed).",
+    "{src} must be sorted (byte order), and keep all of its lines.",
+    "Reorder {src} so its lines are sorted; save the result back into {src}.",
+], traps=("absent", "spaces"), absent="sponge")
+def _sort_inplace(c: Ctx) -> Case:
+    src, lines = _todo(c, 5, 8)
+    return Case({src: text_of(lines)}, lines_is(src, sorted(lines)), f"sort -o {q(src)} {q(src)}", dict(src=src))
+
+
+@op("text", "run-python-script", (2, 3, 4), "Python: running a script with python3 (`python` is absent)", "python3", [
+    "Run the Python script {script}; it writes {out}.",
+    "Produce {out} by running {script}.",
+    "{out} is made by the script {script}: run it.",
+    "Execute {script} so that {out} exists.",
+], traps=("absent",), absent="python")
+def _python(c: Ctx) -> Case:
+    script, out = c.pick(["make_report.py", "build_index.py", "summarise.py"]), c.pick(["report.txt", "index.txt"])
+    n = c.rng.randint(2, 9)
+    body = f"with open({out!r}, 'w') as f:\n    for i in range(1, {n + 1}):\n        f.write(f'line {{i}} of {n}\\n')\n"
+    return Case({script: body}, lines_is(out, [f"line {i} of {n}" for i in range(1, n + 1)]), f"python3 {script}",
+                dict(script=script, out=out))
 
 
 @op("text", "paste-columns", (2, 3, 4), f"{CORE}: paste", "paste", [
