@@ -5,7 +5,8 @@ from __future__ import annotations
 import random
 
 from appliance.tasks.families._ops import (
-    STEMS, Case, Ctx, generate_family, gone, line_set_is, lines_is, number_is, op, q, sentence, text_of,
+    STEMS, Case, Ctx, generate_family, gone, line_set_is, lines_is, log_lines, number_is, op, q, sentence,
+    text_of,
 )
 from appliance.tasks.format import TaskSpec
 
@@ -142,7 +143,6 @@ def _gunzip(c: Ctx) -> Case:
     "Without unpacking it for good, count ERROR lines in {src} into {out}.",
 ], traps=("missing-dir",))
 def _zgrep(c: Ctx) -> Case:
-    from appliance.tasks.families._ops import log_lines
     lines = log_lines(c.rng, c.rng.randint(8, 14))
     lines[0] = lines[0].rsplit(" ", 3)[0] + " ERROR disk full"
     plain, out = c.pick(["app.log", "server.log", "syslog"]), c.out("errors.txt")

@@ -6,9 +6,7 @@ import random
 from dataclasses import dataclass
 
 from appliance.tasks.families._common import make, spelled_out
-from appliance.tasks.families._ops import (
-    Case, Ctx, generate_family, lines_is, log_lines, number_is, op, q, sentences, text_of,
-)
+from appliance.tasks.families._ops import Case, Ctx, generate_family, op
 from appliance.tasks.format import TaskSpec
 
 FAMILY = "pyfix"
@@ -80,10 +78,7 @@ STUBS = [
 
 def generate(level: int, rng: random.Random, *, split: str = "train", hint: str | None = None) -> TaskSpec:
     return generate_family(FAMILY, level, rng, split=split, hint=hint,
-                           legacy={lvl: (lambda r, lvl=lvl: _legacy(lvl, r)) for lvl in LEVELS_})
-
-
-LEVELS_ = (1, 2, 3, 4, 5)
+                           legacy={lvl: (lambda r, lvl=lvl: _legacy(lvl, r)) for lvl in (1, 2, 3, 4, 5)})
 
 
 def _legacy(level: int, rng: random.Random) -> TaskSpec:

@@ -6,9 +6,7 @@ import random
 import re
 
 from appliance.tasks.families._common import NAMES, WORDS, make, pick, spelled_out
-from appliance.tasks.families._ops import (
-    Case, Ctx, generate_family, lines_is, log_lines, number_is, op, q, sentences, text_of,
-)
+from appliance.tasks.families._ops import Case, Ctx, generate_family, lines_is, op, q, sentences, text_of
 from appliance.tasks.format import TaskSpec
 
 FAMILY = "replace"

@@ -5,9 +5,7 @@ from __future__ import annotations
 import random
 
 from appliance.tasks.families._common import PEOPLE, WORDS, make, pick, spelled_out
-from appliance.tasks.families._ops import (
-    Case, Ctx, generate_family, lines_is, log_lines, number_is, op, q, sentences, text_of,
-)
+from appliance.tasks.families._ops import Case, Ctx, generate_family, op, sentences, text_of
 from appliance.tasks.format import TaskSpec
 
 FAMILY = "script"
