@@ -35,6 +35,19 @@ def op_samples() -> list:
 def test_every_operation_and_trap_passes_validation(sandbox_settings: Settings) -> None:
     specs = op_samples()
     results = v.validate_many(sandbox_settings, specs, parallel=3)
+    print(f"{len(specs)} tasks from {len(all_ops())} operations validated")
     bad = [(s.meta["operation"], s.meta.get("trap"), s.difficulty, r.reason) for s, r in zip(specs, results, strict=True)
            if not r.ok]
     assert bad == []
+
+
+def test_the_absent_trap_tools_are_absent_from_the_sandbox(sandbox_settings: Settings, tmp_path) -> None:
+    # If the image ever gains one of these, its `absent` trap stops being a trap: change the op's tool.
+    from appliance.sandbox import Sandbox
+
+    tools = sorted({o.absent for o in all_ops() if o.absent})
+    assert tools
+    probe = "".join(f"command -v {t} >/dev/null && echo present:{t}; " for t in tools) + "command -v python3"
+    with Sandbox.start(sandbox_settings, workspace=tmp_path) as sb:
+        r = sb.exec(["bash", "-c", probe], timeout=30)
+    assert "present:" not in r.stdout and "python3" in r.stdout, r.stdout

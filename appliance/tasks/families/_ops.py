@@ -146,10 +146,11 @@ def _partial(solution: str) -> str:
 
 
 def _capital(text: str) -> str:
-    return text[:1].upper() + text[1:]
+    # Only prose is capitalised: a request that starts with a file name keeps its case.
+    return text[:1].upper() + text[1:] if text.startswith("the only ") else text
 
 
-def draw_case(o: Op, rng: random.Random, trap: str | None) -> Case:
+def draw_case(o: Op, rng: random.Random, trap: str | None, phrasing: str = "") -> Case:
     """Build a case and apply the generic trap to it."""
     ctx = Ctx(rng, trap)
     case = o.build(ctx)
@@ -159,11 +160,13 @@ def draw_case(o: Op, rng: random.Random, trap: str | None) -> Case:
         assert src in case.files, f"{o.name}: the gzip trap needs facts['src'] to be a workspace file"
         case.setup += f"gzip -n -- {q(src)}\n"
         case.solution = f"gunzip -k -- {q(src + '.gz')}\n" + case.solution  # the request still names src
+    if trap == "spaces":  # written as a person would: in quotes, so the prose stays readable
+        case.facts = {k: f'"{v}"' if " " in v and v in case.files else v for k, v in case.facts.items()}
     if ctx.outdir:
         case.solution = f"mkdir -p {ctx.outdir}\n" + case.solution
     # Sometimes the input is not named at all: "the only .csv file here" (when it is the only one).
     shown = case.facts.get("src")
-    if shown and trap != "gzip" and rng.random() < 0.25:
+    if shown and trap != "gzip" and rng.random() < 0.25 and "{src}'s" not in phrasing:
         ext = PurePosixPath(shown).suffix
         if ext and "/" not in shown and sum(1 for n in case.files if n.endswith(ext)) == 1:
             case.facts["src"] = f"the only {ext} file in this directory"
@@ -173,7 +176,7 @@ def draw_case(o: Op, rng: random.Random, trap: str | None) -> Case:
 def render(o: Op, phrasing: int, level: int, rng: random.Random, *, trap: str | None = None,
            hint: str | None = None) -> TaskSpec:
     """The task of one op at one level: level 1 spells the reference command out; above, the phrasing."""
-    case = draw_case(o, rng, trap)
+    case = draw_case(o, rng, trap, o.phrasings[phrasing] if level > 1 else "")
     if level == 1:
         return make(o.family, 1, o.name, instruction=spelled_out(case.solution), files=case.files,
                     verify=case.verify, solution=case.solution, setup=case.setup, protected=case.protected,
