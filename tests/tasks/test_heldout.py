@@ -16,7 +16,7 @@ from appliance.tasks.heldout import fix_heldout, heldout_ids, heldout_tasks
 def test_heldout_set_is_fixed_by_its_seed() -> None:
     a = heldout_tasks(n=2, seed_base=7)
     assert [s.id for s in a] == [s.id for s in heldout_tasks(n=2, seed_base=7)]
-    assert len(a) == 2 * 5 * len(FAMILIES)
+    assert len(a) == 2 * 3 * len(FAMILIES)  # levels 2-4 by default
     assert {s.id for s in a} != {s.id for s in heldout_tasks(n=2, seed_base=8)}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 from appliance.tasks.families._common import NAMES, WORDS, make, pick, q, spelled_out
+from appliance.tasks.families._ops import Case, Ctx, generate_family, op
 from appliance.tasks.format import TaskSpec
 
 FAMILY = "git"
@@ -28,8 +29,9 @@ def git(*args):
 """
 
 
-def generate(level: int, rng: random.Random) -> TaskSpec:
-    return [_l1, _l2, _l3, _l4, _l5][level - 1](rng)
+def generate(level: int, rng: random.Random, *, split: str = "train", hint: str | None = None) -> TaskSpec:
+    return generate_family(FAMILY, level, rng, split=split, hint=hint,
+                           legacy=dict(enumerate([_l1, _l2, _l3, _l4, _l5], 1)))
 
 
 def _commit(msg: str) -> str:
@@ -117,3 +119,139 @@ def _l5(rng: random.Random) -> TaskSpec:
              "check(git('status', '--porcelain') == '', 'the working tree should be clean')")
     return make(FAMILY, 5, "merge", instruction=instruction, files=files, setup=setup,
                 verify=GIT_PRELUDE + check, solution=solution)
+
+
+# --- operations (table-driven; see _ops.py) -----------------------------------------------------------
+GITDOC = "git: everyday commands (giteveryday)"
+
+
+def _repo(c: Ctx, commits: int = 2) -> tuple[dict[str, str], str, list[str]]:
+    """A repository with `commits` commits, each changing one file; returns (files, setup, messages)."""
+    name = c.pick(NAMES)
+    files = {"README.md": f"# {c.pick(WORDS)} project\n", f"{name}.txt": f"{c.pick(WORDS)}\n"}
+    msgs = ["Initial commit"] + [c.pick(["Fix typo in", "Update", "Tweak", "Rework"]) + f" {name}.txt (#{i})"
+                                 for i in range(1, commits)]
+    setup = REPO + _commit(msgs[0])
+    for m in msgs[1:]:
+        setup += f"echo {q(c.pick(WORDS))} >> {name}.txt\n" + _commit(m)
+    return files, setup, msgs
+
+
+@op("git", "git-tag", (1, 2, 3), f"{GITDOC}: git tag", "git tag", [
+    "Tag the current commit of this repository as {tag}.",
+    "Mark HEAD with the git tag {tag}.",
+    "Create a tag named {tag} pointing at the latest commit.",
+    "Release time: add the tag {tag} to the commit that is checked out.",
+])
+def _tag(c: Ctx) -> Case:
+    files, setup, _ = _repo(c)
+    tag = f"v{c.rng.randint(0, 3)}.{c.rng.randint(0, 20)}.{c.rng.randint(0, 9)}"
+    verify = GIT_PRELUDE + (f"check(git('rev-parse', '{tag}^{{commit}}') == git('rev-parse', 'HEAD') != None, "
+                            f"'tag {tag} should point at HEAD')")
+    return Case(files, verify, f"git tag {tag}", dict(tag=tag), setup=setup)
+
+
+@op("git", "git-count-commits", (2, 3, 4), f"{GITDOC}: git rev-list --count", "git rev-list", [
+    "Write the number of commits on the current branch into {out}.",
+    "How many commits does this repository's history have? Save the number in {out}.",
+    "{out} should contain the commit count of HEAD.",
+    "Count the commits reachable from HEAD and put the count in {out}.",
+])
+def _count(c: Ctx) -> Case:
+    files, setup, msgs = _repo(c, c.rng.randint(2, 6))
+    out = c.pick(["commits.txt", "count.txt"])
+    verify = GIT_PRELUDE + f"check((read({out!r}) or '').strip() == '{len(msgs)}', '{out} should hold {len(msgs)}')"
+    return Case(files, verify, f"git rev-list --count HEAD > {out}", dict(out=out), setup=setup)
+
+
+@op("git", "git-discard-changes", (2, 3, 4), f"{GITDOC}: git restore / checkout --", "git restore", [
+    "{src} has uncommitted edits that are wrong. Throw them away so it matches the last commit again.",
+    "Discard the local changes to {src} (restore it from HEAD).",
+    "Revert the working-tree modifications of {src}; do not make a commit.",
+    "Undo my uncommitted edits in {src}.",
+])
+def _restore(c: Ctx) -> Case:
+    files, setup, _ = _repo(c)
+    src = next(p for p in files if p != "README.md")
+    setup += f"echo 'broken edit, do not keep' >> {src}\n"
+    verify = GIT_PRELUDE + ("check(git('status', '--porcelain') == '', 'the working tree should be clean')\n"
+                            "check(git('rev-list', '--count', 'HEAD') == '2', 'no new commit')")
+    return Case(files, verify, f"git checkout -- {src}", dict(src=src), setup=setup)
+
+
+@op("git", "git-amend-message", (2, 3, 4), f"{GITDOC}: git commit --amend", "git commit --amend", [
+    "The last commit's message has a typo. Change it to: {msg}",
+    "Reword the most recent commit so its message is \"{msg}\" (do not add a new commit).",
+    "Amend HEAD's commit message to {msg}.",
+    "Fix the last commit message; it should read: {msg}",
+])
+def _amend(c: Ctx) -> Case:
+    files, setup, msgs = _repo(c)
+    msg = msgs[-1].replace("Update", "Update the").replace("Fix typo in", "Fix a typo in") + " properly"
+    verify = GIT_PRELUDE + (f"check(git('log', '-1', '--format=%s') == {msg!r}, 'the last message should be ' + {msg!r})\n"
+                            "check(git('rev-list', '--count', 'HEAD') == '2', 'still two commits')")
+    return Case(files, verify, f"git commit --amend -m {q(msg)}", dict(msg=msg), setup=setup)
+
+
+@op("git", "git-rename-branch", (2, 3, 4), f"{GITDOC}: git branch -m", "git branch -m", [
+    "Rename the branch {old} to {new}.",
+    "The branch called {old} should be called {new} from now on.",
+    "Change the name of branch {old} to {new}; the commits stay the same.",
+    "Move branch {old} to the new name {new}.",
+])
+def _rename(c: Ctx) -> Case:
+    files, setup, _ = _repo(c)
+    old, new = f"feature-{c.pick(WORDS)}", f"topic/{c.pick(WORDS)}-{c.rng.randint(10, 99)}"
+    setup += f"git branch {old}\n"
+    verify = GIT_PRELUDE + (f"check(git('rev-parse', '--verify', '-q', 'refs/heads/{new}') == git('rev-parse', 'HEAD'), "
+                            f"'branch {new} should exist at HEAD')\n"
+                            f"check(git('rev-parse', '--verify', '-q', 'refs/heads/{old}') is None, '{old} should be gone')")
+    return Case(files, verify, f"git branch -m {old} {new}", dict(old=old, new=new), setup=setup)
+
+
+@op("git", "git-show-old-version", (3, 4), f"{GITDOC}: git show REV:path", "git show", [
+    "Write the contents {src} had in the first commit into {out} (do not change {src} itself).",
+    "Save the original version of {src}, as it was committed initially, to {out}.",
+    "{out} should be {src} as of the repository's first commit.",
+    "Recover the first committed version of {src} into {out}.",
+])
+def _show(c: Ctx) -> Case:
+    files, setup, msgs = _repo(c, c.rng.randint(2, 4))
+    src = next(p for p in files if p != "README.md")
+    out = c.pick(["original.txt", "first.txt", "old_version.txt"])
+    verify = GIT_PRELUDE + f"text_is({out!r}, {files[src]!r})"
+    return Case(files, verify, f"git show $(git rev-list --max-parents=0 HEAD):{src} > {out}",
+                dict(src=src, out=out), setup=setup)
+
+
+@op("git", "git-unstage", (3, 4), f"{GITDOC}: git restore --staged / git reset", "git restore --staged", [
+    "{src} was staged by mistake. Unstage it, but keep the edit in the working tree.",
+    "Take {src} out of the index without losing my changes to it.",
+    "Nothing should be staged for commit, yet the changes in {src} must remain in the file.",
+    "Undo `git add {src}` (keep the modified file).",
+], heldout=True)
+def _unstage(c: Ctx) -> Case:
+    files, setup, _ = _repo(c)
+    src = next(p for p in files if p != "README.md")
+    setup += f"echo 'work in progress' >> {src}\ngit add {src}\n"
+    verify = GIT_PRELUDE + ("check(git('diff', '--cached', '--name-only') == '', 'nothing should be staged')\n"
+                            f"check(git('diff', '--name-only') == {src!r}, '{src} should still be modified')")
+    return Case(files, verify, f"git reset -q HEAD {src}", dict(src=src), setup=setup)
+
+
+@op("git", "git-ignore", (3, 4), "gitignore(5)", ".gitignore", [
+    "Make git ignore all .{ext} files in this repository, and commit that rule.",
+    "Add a .gitignore entry so *.{ext} files never show up as untracked; commit the .gitignore.",
+    "The .{ext} files keep appearing in `git status`. Ignore them via .gitignore and commit it.",
+    "Commit a .gitignore that excludes every *.{ext} file.",
+])
+def _ignore(c: Ctx) -> Case:
+    files, setup, _ = _repo(c)
+    ext = c.pick(["log", "tmp", "pyc", "bak"])
+    files[f"debug.{ext}"] = "noise\n"
+    setup = setup.replace("git add -A", "git add " + " ".join(q(p) for p in files if p != f"debug.{ext}"))
+    verify = GIT_PRELUDE + (f"check(git('status', '--porcelain') == '', 'git status should be clean (debug.{ext} ignored)')\n"
+                            f"check(git('check-ignore', 'x.{ext}') == 'x.{ext}', '*.{ext} should be ignored')\n"
+                            "check(git('ls-files', '.gitignore') == '.gitignore', '.gitignore should be committed')")
+    return Case(files, verify, f"echo '*.{ext}' >> .gitignore && git add .gitignore && git commit -q -m 'Ignore {ext} files'",
+                dict(ext=ext), setup=setup)

@@ -6,14 +6,16 @@ import random
 from collections import Counter
 
 from appliance.tasks.families._common import NAMES, WORDS, make, pick, spelled_out
+from appliance.tasks.families._ops import Case, Ctx, generate_family, lines_is, log_lines, number_is, op, q, text_of
 from appliance.tasks.format import TaskSpec
 
 FAMILY = "pipeline"
 DESCRIPTION = "shell pipelines: count, sort, uniq, top-N"
 
 
-def generate(level: int, rng: random.Random) -> TaskSpec:
-    return [_l1, _l2, _l3, _l4, _l5][level - 1](rng)
+def generate(level: int, rng: random.Random, *, split: str = "train", hint: str | None = None) -> TaskSpec:
+    return generate_family(FAMILY, level, rng, split=split, hint=hint,
+                           legacy=dict(enumerate([_l1, _l2, _l3, _l4, _l5], 1)))
 
 
 def _words(rng: random.Random, distinct: int, total: int) -> list[str]:
@@ -109,3 +111,62 @@ def _l5(rng: random.Random) -> TaskSpec:
     solution = "awk '{print $(NF-1)}' access.log | sort | uniq -c | sort -rn | awk '{print $2, $1}' > status.txt"
     check = f"text_is('status.txt', {chr(10).join(f'{c} {n}' for c, n in ranked)!r})"
     return make(FAMILY, 5, "status", instruction=instruction, files=files, verify=check, solution=solution)
+
+
+# --- operations (table-driven; see _ops.py) -----------------------------------------------------------
+@op("pipeline", "word-frequency", (3, 4), "GNU coreutils: sort | uniq -c", "uniq -c", [
+    "{src} has one word per line. Write each distinct word with its count as `word count` lines, sorted by word, to {out}.",
+    "Count how often each word of {src} occurs; {out} gets lines like `apple 3`, alphabetical by word.",
+    "{out} should be a frequency table of {src}: `<word> <count>`, in alphabetical order.",
+    "Tally the words in {src} (one per line) into {out} as `word count`, sorted by the word.",
+], traps=("spaces", "gzip", "missing-dir"))
+def _freq(c: Ctx) -> Case:
+    src, out = c.src("txt", ["votes", "words", "tags", "colors"]), c.out("freq.txt")
+    words = _words(c.rng, c.rng.randint(3, 6), c.rng.randint(8, 16))
+    counts = Counter(words)
+    return Case({src: text_of(words)}, lines_is(out, [f"{w} {counts[w]}" for w in sorted(counts)]),
+                f"sort {q(src)} | uniq -c | awk '{{print $2, $1}}' > {q(out)}", dict(src=src, out=out))
+
+
+@op("pipeline", "most-common", (2, 3, 4), "GNU coreutils: sort | uniq -c | sort -rn | head", "sort | uniq -c", [
+    "Which line occurs most often in {src}? Write it into {out}.",
+    "Find the most frequent entry of {src} (one per line) and save it as {out}.",
+    "{out} should hold the value that appears the most times in {src}.",
+    "Write the mode (most repeated line) of {src} to {out}.",
+], traps=("spaces", "gzip", "missing-dir"))
+def _mode(c: Ctx) -> Case:
+    src, out = c.src("txt", ["votes", "visitors", "tags", "picks"]), c.out("winner.txt")
+    words = _words(c.rng, c.rng.randint(3, 5), c.rng.randint(8, 14))
+    counts = Counter(words)
+    top = max(counts, key=counts.__getitem__)
+    if sorted(counts.values())[-2:] == [counts[top]] * 2:
+        words.append(top)
+    return Case({src: text_of(words)}, lines_is(out, [top]),
+                f"sort {q(src)} | uniq -c | sort -rn | head -n 1 | awk '{{print $2}}' > {q(out)}", dict(src=src, out=out))
+
+
+@op("pipeline", "sum-numbers", (1, 2, 3), "GNU awk: sum", "awk", [
+    "{src} holds one number per line. Write their sum into {out}.",
+    "Add up all the numbers in {src} and save the total (just the number) as {out}.",
+    "{out} should contain the total of the values listed in {src}.",
+    "What do the numbers in {src} sum to? Put it in {out}.",
+], traps=("spaces", "gzip", "missing-dir"))
+def _sum(c: Ctx) -> Case:
+    src, out = c.src("txt", ["expenses", "hours", "amounts", "bytes"]), c.out("sum.txt")
+    nums = [c.rng.randint(1, 500) for _ in range(c.rng.randint(4, 10))]
+    return Case({src: text_of([str(n) for n in nums])}, number_is(out, sum(nums)),
+                f"awk '{{s += $1}} END {{print s}}' {q(src)} > {q(out)}", dict(src=src, out=out))
+
+
+@op("pipeline", "count-log-levels", (3, 4), "GNU awk: field counts", "awk", [
+    "For the log {src}, write how many lines each level (third field: INFO, WARN, ...) has, as `LEVEL count` lines sorted by level, to {out}.",
+    "Summarise {src} by log level: {out} gets `LEVEL count`, one level per line, alphabetical.",
+    "{out} should count the lines of {src} per level (the 3rd whitespace-separated field), as `LEVEL N`, sorted.",
+    "Tally {src}'s lines by level into {out} (`ERROR 2` style, levels sorted).",
+], traps=("spaces", "gzip", "missing-dir"), heldout=True)
+def _levels(c: Ctx) -> Case:
+    src, out = c.src("log", ["app", "server", "worker"]), c.out("levels.txt")
+    lines = log_lines(c.rng, c.rng.randint(8, 14))
+    counts = Counter(x.split()[2] for x in lines)
+    return Case({src: text_of(lines)}, lines_is(out, [f"{k} {v}" for k, v in sorted(counts.items())]),
+                f"awk '{{print $3}}' {q(src)} | sort | uniq -c | awk '{{print $2, $1}}' > {q(out)}", dict(src=src, out=out))

@@ -6,6 +6,7 @@ import random
 from dataclasses import dataclass
 
 from appliance.tasks.families._common import make, spelled_out
+from appliance.tasks.families._ops import Case, Ctx, generate_family, op
 from appliance.tasks.format import TaskSpec
 
 FAMILY = "pyfix"
@@ -75,7 +76,12 @@ STUBS = [
 ]
 
 
-def generate(level: int, rng: random.Random) -> TaskSpec:
+def generate(level: int, rng: random.Random, *, split: str = "train", hint: str | None = None) -> TaskSpec:
+    return generate_family(FAMILY, level, rng, split=split, hint=hint,
+                           legacy={lvl: (lambda r, lvl=lvl: _legacy(lvl, r)) for lvl in (1, 2, 3, 4, 5)})
+
+
+def _legacy(level: int, rng: random.Random) -> TaskSpec:
     mod = rng.choice(MODULES)
     if level == 5:
         return _l5(rng, mod)
@@ -138,3 +144,25 @@ def _l5(rng: random.Random, mod: str) -> TaskSpec:
               "check(h.returncode == 0, 'hidden checks should pass: ' + h.stderr[-300:])")
     return make(FAMILY, 5, name, instruction=instruction, files=files, verify=verify,
                 solution=f"cat > {mod}.py <<'EOF'\n{good}EOF", protected=[test_file])
+
+
+# --- operations (table-driven; see _ops.py) -----------------------------------------------------------
+@op("pyfix", "fix-function", (2, 3, 4), "Python: reading a failing test", "python3", [
+    "`python3 {test}` fails: the function {fn} in {mod}.py {symptom}. Fix {mod}.py (not the test).",
+    "Fix the bug in {fn} ({mod}.py) so that {test} passes. Leave {test} unchanged.",
+    "{test} reports an AssertionError for {fn}. Repair the function in {mod}.py.",
+    "There is a bug in {mod}.py: run {test}, find it, fix it.",
+])
+def _fix(c: Ctx) -> Case:
+    mod = c.pick(MODULES)
+    funcs = c.pick(BUGS, 2)
+    bug = funcs[0]
+    order = funcs[:]
+    c.rng.shuffle(order)
+    src = "\n\n".join(b.source(b is bug) for b in order)
+    good = "\n\n".join(b.source(False) for b in order)
+    test = f"test_{mod}.py"
+    files = {f"{mod}.py": src, test: _test_file(mod, order)}
+    return Case(files, _verify(mod, test, order), f"cat > {mod}.py <<'EOF'\n{good}EOF",
+                dict(test=test, fn=bug.name, mod=mod, symptom=bug.hint), protected=[test],
+                partial=f"python3 {test}; ...")

@@ -6,14 +6,16 @@ import random
 import re
 
 from appliance.tasks.families._common import NAMES, WORDS, make, pick, spelled_out
+from appliance.tasks.families._ops import Case, Ctx, generate_family, lines_is, op, q, sentences, text_of
 from appliance.tasks.format import TaskSpec
 
 FAMILY = "replace"
 DESCRIPTION = "search and replace across files and directory trees"
 
 
-def generate(level: int, rng: random.Random) -> TaskSpec:
-    return [_l1, _l2, _l3, _l4, _l5][level - 1](rng)
+def generate(level: int, rng: random.Random, *, split: str = "train", hint: str | None = None) -> TaskSpec:
+    return generate_family(FAMILY, level, rng, split=split, hint=hint,
+                           legacy=dict(enumerate([_l1, _l2, _l3, _l4, _l5], 1)))
 
 
 def _text(rng: random.Random, old: str, lines: int, hits: int) -> str:
@@ -113,3 +115,52 @@ def _l5(rng: random.Random) -> TaskSpec:
                 f"  d=$(dirname \"$p\"); b=$(basename \"$p\"); mv \"$p\" \"$d/${{b//{old}/{new}}}\"\ndone")
     check = _tree_check(expected, "project")
     return make(FAMILY, 5, "rename-all", instruction=instruction, files=files, verify=check, solution=solution)
+
+
+# --- operations (table-driven; see _ops.py) -----------------------------------------------------------
+@op("replace", "replace-phrase", (1, 2, 3), "GNU sed: s///g in place", "sed -i", [
+    "In {src}, replace every \"{old}\" with \"{new}\" (edit the file in place).",
+    "Change all occurrences of {old} to {new} in {src}.",
+    "{src} should say {new} wherever it now says {old}.",
+    "Substitute {new} for {old} throughout {src}.",
+], traps=("spaces", "gzip"))
+def _phrase(c: Ctx) -> Case:
+    src, lines = c.src("txt"), sentences(c.rng, c.rng.randint(4, 7))
+    old, new = c.pick([("the printer", "the new printer"), ("Monday", "Tuesday"), ("invoice", "bill"),
+                       ("tickets", "passes"), ("today", "tomorrow")])
+    for i in c.rng.sample(range(len(lines)), 2):
+        lines[i] = lines[i].rstrip(".!?;") + f", {old}."
+    return Case({src: text_of(lines)}, lines_is(src, [x.replace(old, new) for x in lines]),
+                f"sed -i 's/{old}/{new}/g' {q(src)}", dict(src=src, old=old, new=new))
+
+
+@op("replace", "replace-path", (2, 3, 4), "GNU sed: s||| with another delimiter", "sed -i", [
+    "Every path {old} in {src} must become {new}. Edit {src} in place.",
+    "We moved {old} to {new}: update all mentions in {src}.",
+    "{src} should refer to {new} instead of {old} everywhere.",
+    "Rewrite the directory {old} to {new} throughout {src}.",
+], traps=("spaces",))
+def _path(c: Ctx) -> Case:
+    src = c.src("conf", ["app", "nginx", "backup", "paths"])
+    old, new = c.pick([("/usr/local/bin", "/opt/tools/bin"), ("/var/log/app", "/srv/logs/app"),
+                       ("/home/ann/data", "/mnt/shared/data")])
+    lines = [f"path_{i} = {old}/{w}" for i, w in enumerate(c.pick(["run.sh", "out.log", "cache", "tmp"], 3))]
+    lines.insert(1, "# keep this comment: paths below")
+    return Case({src: text_of(lines)}, lines_is(src, [x.replace(old, new) for x in lines]),
+                f"sed -i 's|{old}|{new}|g' {q(src)}", dict(src=src, old=old, new=new))
+
+
+@op("replace", "replace-case-insensitive", (3, 4), "GNU sed: s///gI", "sed -i", [
+    "Replace the word {old} with {new} in {src}, whatever its capitalisation ({old}, {up}, ...).",
+    "In {src}, change {old} to {new} case-insensitively (in place).",
+    "{src} mixes {old}, {cap} and {up}; make all of them {new}.",
+    "Turn every spelling of {old}, upper or lower case, into {new} in {src}.",
+], traps=("spaces",))
+def _ci(c: Ctx) -> Case:
+    src, lines = c.src("txt"), sentences(c.rng, 5)
+    old, new = c.pick([("colour", "color"), ("e-mail", "email"), ("wifi", "Wi-Fi"), ("todo", "TASK")])
+    for i, form in zip(c.rng.sample(range(5), 3), [old, old.upper(), old.capitalize()]):
+        lines[i] = lines[i].rstrip(".!?;") + f" ({form})."
+    want = [re.sub(re.escape(old), new, x, flags=re.I) for x in lines]
+    return Case({src: text_of(lines)}, lines_is(src, want), f"sed -i 's/{old}/{new}/gI' {q(src)}",
+                dict(src=src, old=old, new=new, up=old.upper(), cap=old.capitalize()))

@@ -5,14 +5,16 @@ from __future__ import annotations
 import random
 
 from appliance.tasks.families._common import PEOPLE, WORDS, make, pick, spelled_out
+from appliance.tasks.families._ops import Case, Ctx, generate_family, op, sentences, text_of
 from appliance.tasks.format import TaskSpec
 
 FAMILY = "script"
 DESCRIPTION = "write a small bash or Python script to a spec"
 
 
-def generate(level: int, rng: random.Random) -> TaskSpec:
-    return [_l1, _l2, _l3, _l4, _l5][level - 1](rng)
+def generate(level: int, rng: random.Random, *, split: str = "train", hint: str | None = None) -> TaskSpec:
+    return generate_family(FAMILY, level, rng, split=split, hint=hint,
+                           legacy=dict(enumerate([_l1, _l2, _l3, _l4, _l5], 1)))
 
 
 def _runs(cmd: list[str], cases: list[tuple[list[str], str]]) -> str:
@@ -105,3 +107,52 @@ def _l5(rng: random.Random) -> TaskSpec:
                 f"    s = ('{wa}' if i % {a} == 0 else '') + ('{wb}' if i % {b} == 0 else '')\n    print(s or i)\nEOF")
     return make(FAMILY, 5, "fizz", instruction=instruction, files={}, solution=solution,
                 verify=_runs(["python3", "fizz.py"], cases))
+
+
+# --- operations (table-driven; see _ops.py) -----------------------------------------------------------
+@op("script", "py-count-matching-lines", (2, 3, 4), "Python: sys.argv, open, str methods", "python3", [
+    "Write a Python script {name}.py: `python3 {name}.py FILE WORD` prints how many lines of FILE contain WORD.",
+    "Create {name}.py that takes a file path and a word as arguments and prints the number of lines of the file that contain the word.",
+    "{name}.py FILE WORD -> print the count of FILE's lines containing WORD. Write it in Python.",
+    "I need a Python tool {name}.py (args: path, word) that outputs the number of matching lines.",
+])
+def _pycount(c: Ctx) -> Case:
+    name = c.pick(["countword", "matches", "linecount", "grepcount"])
+    files = {"sample.txt": text_of(sentences(c.rng, 5))}
+    cases = [(["sample.txt", "the"], str(sum("the" in x for x in files["sample.txt"].splitlines())))]
+    verify = ("import tempfile\nd = tempfile.mkdtemp()\nopen(d + '/t.txt', 'w').write('a cat\\nno\\ncat cat\\nCat\\n')\n"
+              + _runs(["python3", f"{name}.py"], cases) + "\n"
+              f"r = run(['python3', '{name}.py', d + '/t.txt', 'cat'])\ncheck(r.stdout.strip() == '2', 'hidden case: 2')")
+    sol = (f"cat > {name}.py <<'EOF'\nimport sys\npath, word = sys.argv[1], sys.argv[2]\n"
+           "print(sum(1 for line in open(path) if word in line))\nEOF")
+    return Case(files, verify, sol, dict(name=name), partial=f"cat > {name}.py <<'EOF' ...")
+
+
+@op("script", "bash-loop-count", (2, 3, 4), "bash: for loop, arguments", "bash", [
+    "Write a bash script {name}.sh that prints the numbers from 1 up to its first argument N, one per line.",
+    "Create {name}.sh: `bash {name}.sh N` counts 1, 2, ..., N (one number per line).",
+    "{name}.sh should take a number N and print 1 through N, each on its own line.",
+    "A counting script, please: {name}.sh N outputs the integers 1..N, a line each.",
+])
+def _count(c: Ctx) -> Case:
+    name = c.pick(["count", "upto", "numbers", "seqs"])
+    cases = [([str(n)], "\n".join(str(i) for i in range(1, n + 1))) for n in (1, 3, c.rng.randint(5, 9))]
+    return Case({}, _runs(["bash", f"{name}.sh"], cases), f"printf '%s\\n' 'seq 1 \"$1\"' > {name}.sh",
+                dict(name=name))
+
+
+@op("script", "env-default", (3, 4), "bash: parameter expansion ${VAR:-default}", "bash", [
+    "Write {name}.sh that prints the value of the environment variable {var}, or {default} when it is unset or empty.",
+    "Create a bash script {name}.sh: print ${var} if it is set (non-empty), else print {default}.",
+    "{name}.sh should echo {var} from the environment, falling back to \"{default}\".",
+    "Script {name}.sh: output {var}'s value; default {default}.",
+], heldout=True)
+def _env(c: Ctx) -> Case:
+    name, var = c.pick(["show_env", "which_env", "mode"]), c.pick(["APP_ENV", "STAGE", "TARGET"])
+    default = c.pick(["development", "local", "staging"])
+    verify = ("import os as _os\n"
+              f"r = run(['bash', '{name}.sh'], env={{k: v for k, v in _os.environ.items() if k != '{var}'}})\n"
+              f"check(r.stdout.strip() == '{default}', 'unset: should print {default}, printed ' + repr(r.stdout))\n"
+              f"r = run(['bash', '{name}.sh'], env=dict(_os.environ, {var}='prod-eu'))\n"
+              "check(r.stdout.strip() == 'prod-eu', 'set: should print its value, printed ' + repr(r.stdout))")
+    return Case({}, verify, f"printf '%s\\n' 'echo \"${{{var}:-{default}}}\"' > {name}.sh", dict(name=name, var=var, default=default))

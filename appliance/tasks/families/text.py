@@ -5,14 +5,17 @@ from __future__ import annotations
 import random
 
 from appliance.tasks.families._common import NAMES, PEOPLE, WORDS, make, pick, spelled_out
+from appliance.tasks.families import _text_ops  # noqa: F401  (registers the family's operations)
+from appliance.tasks.families._ops import generate_family
 from appliance.tasks.format import TaskSpec
 
 FAMILY = "text"
 DESCRIPTION = "extract and transform lines and words of text files"
 
 
-def generate(level: int, rng: random.Random) -> TaskSpec:
-    return [_l1, _l2, _l3, _l4, _l5][level - 1](rng)
+def generate(level: int, rng: random.Random, *, split: str = "train", hint: str | None = None) -> TaskSpec:
+    return generate_family(FAMILY, level, rng, split=split, hint=hint,
+                           legacy=dict(enumerate([_l1, _l2, _l3, _l4, _l5], 1)))
 
 
 def _lines_with(rng: random.Random, key: str, n: int, hits: int) -> list[str]:
@@ -115,3 +118,4 @@ def _l5(rng: random.Random) -> TaskSpec:
     solution = "sort names.txt | sed -E 's/^([^,]+), (.+)$/\\2 \\1/' > fixed.txt"
     check = f"text_is('fixed.txt', {chr(10).join(expected)!r})"
     return make(FAMILY, 5, "names", instruction=instruction, files=files, verify=check, solution=solution)
+
