@@ -280,7 +280,9 @@ class Loop:
         rollouts = [r for r in self.store.rollouts(self.run.id, iteration=index, purpose="train")
                     if r.status == RolloutStatus.FINISHED]
         self.store.check_trainable({r.task_id for r in rollouts if r.task_id})
-        samples = [s for r in rollouts for s in self.store.samples(r.id)]
+        from appliance.training.data import samples_of
+
+        samples = samples_of(self.store, rollouts)  # a rollout whose samples are missing is rebuilt
         try:
             result = learn(self.store, self.settings, self.engine, rollouts, samples, run_id=self.run.id,
                            iteration=index, steps=self.settings.loop.train_steps)
