@@ -165,6 +165,7 @@ def gap_report(settings, samples_n: int, temperature: float, tokens: int) -> dic
     from appliance.serving import Engine
     from appliance.training.trainer import PolicyTrainer
 
+    settings.engine.startup_timeout_s = max(settings.engine.startup_timeout_s, 900)  # a shared CPU is slow to start
     store = Store(settings.db_path)
     engine = Engine(settings, store)
     engine.start()
