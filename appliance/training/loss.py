@@ -84,14 +84,16 @@ def pack(token_ids: list[list[int]], masks: list[list[int]], logprobs: list[list
 
 
 def token_logps(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                temperature: float | torch.Tensor = 1.0, start: int = 0,
-                entropy: list[torch.Tensor] | None = None) -> torch.Tensor:
+                temperature: float | torch.Tensor = 1.0, start: int = 0, entropy: list[float] | None = None,
+                entropy_mask: torch.Tensor | None = None) -> torch.Tensor:
     """(B, L-1-start) log-probability of tokens start+1..L-1 given their prefix, in fp32, at `temperature`
     (a float, or a (B,) tensor: one per row).
 
     `start` skips the leading positions no sample trains on (the shared system prompt and first user
     turn): the (B, L, vocab) logits are the step's largest tensor, and most of them would be prompt.
-    When `entropy` is a list, the (B, L-1-start) token entropies (detached) are appended to it.
+    When `entropy` is a list, the sum of the token entropies (nats, no gradient) where `entropy_mask` is
+    set (every position without one) is appended to it: only trained positions, the full-vocabulary
+    softmax is not free.
     """
     from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
@@ -102,7 +104,8 @@ def token_logps(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask:
     logits = logits.float() / temperature
     if entropy is not None:
         with torch.no_grad():
-            entropy.append(entropy_from_logits(logits.detach()))
+            rows = logits.detach()[entropy_mask > 0] if entropy_mask is not None else logits.detach().flatten(0, 1)
+            entropy.append(float(entropy_from_logits(rows).sum()) if rows.numel() else 0.0)
     return selective_log_softmax(logits, input_ids[:, start + 1:])
 
 

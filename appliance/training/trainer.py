@@ -224,8 +224,8 @@ class PolicyTrainer:
             ids, attn = b.input_ids.to(self.device), b.attention_mask.to(self.device)
             mask, eng = b.mask[:, start:].to(self.device), b.engine_logps[:, start:].to(self.device)
             adv = b.advantages.to(self.device)
-            entropy: list[torch.Tensor] = []
-            logps = token_logps(self.model, ids, attn, b.temperatures, start=start, entropy=entropy)
+            entropy: list[float] = []
+            logps = token_logps(self.model, ids, attn, b.temperatures, start=start, entropy=entropy, entropy_mask=mask)
             frozen = [self.old_logps.get((s.rollout_id, s.branch)) for s in chunk]
             if all(f is not None for f in frozen):  # pi_old of the phase (see freeze_old_logps)
                 old = self.pack(chunk, logprobs=frozen).engine_logps[:, start:].to(self.device)
@@ -237,7 +237,7 @@ class PolicyTrainer:
             loss.backward()
             out["loss"] += float(loss.detach())
             out["tokens"] += int(attn.sum())
-            out["entropy_sum"] += float((entropy[0] * mask).sum())
+            out["entropy_sum"] += entropy[0]
             gap = (old - eng).abs()[mask > 0]
             if gap.numel():
                 out["gap_sum"] += float(gap.sum())
