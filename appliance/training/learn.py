@@ -5,6 +5,9 @@
     save                             checkpoints_dir/v{N}: adapter or full weights + optimizer state
     engine.load_weights(path, kind)  LoRA adapter load or full reload, wake, canary, serve: version N
 
+A phase with nothing to learn (every group's rollouts scored the same, beta 0) does not pause serving and
+publishes no version; one whose steps changed no weight resumes serving on the old ones.
+
 `load_weights` ends serving by itself (on the new weights, or, when the sync or its canary fails, on the
 previous ones, raising `EngineError`); `engine.resume()` is only for a phase that ends without new weights
 (training failed, or nothing to save). So a crashed trainer never leaves serving asleep.
