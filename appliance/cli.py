@@ -616,7 +616,8 @@ def train(ctx: click.Context, steps: int, run_id: str | None, as_json: bool) -> 
     def human(d: dict[str, Any]) -> None:
         for i, m in enumerate(d["steps"], 1):
             keys = ("loss", "reward_mean", "valid_groups", "dropped_groups", "infra_error_rate",
-                    "logprob_gap_mean", "is_ratio_mean", "tokens_per_s", "step_time_s", "sft_loss")
+                    "logprob_gap_mean", "is_ratio_mean", "tokens_per_s", "step_time_s", "sft_loss",
+                    "groups_with_signal", "clip_ratio", "entropy", "truncated_tokens", "skipped_steps")
             click.echo(f"step {i}: " + "  ".join(f"{k}={m[k]:.4g}" for k in keys if k in m))
         click.echo("phase: " + "  ".join(f"{k}={v:.2f}" for k, v in d["timings"].items()))
         click.echo(f"policy version {d['policy_version']}" + (f" <- {d['checkpoint']}" if d["checkpoint"] else ""))

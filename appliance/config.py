@@ -203,6 +203,10 @@ class LoopSettings(Section):
     )
     tick_s: float = Field(2.0, gt=0, description="How often the scheduler calls the loop's reconciler.")
     analysis: bool = Field(True, description="Let the policy write the short analysis in each capability report.")
+    extra_draws: int = Field(
+        4, ge=0, description="Dynamic sampling: extra rollouts (at most, per task and iteration, drawn group_size "
+        "at a time) for a task whose group scored all the same, so it has a non-zero advantage to learn from; 0 = off."
+    )
 
 
 class ExternalHarnessSettings(Section):

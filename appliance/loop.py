@@ -258,6 +258,7 @@ class Loop:
                                 purpose="train", rollout_id=f"{group}.{k}")
                 work.append((TaskSpec.from_spec(task.spec), r.id))
         self._run_pending(work)
+        self._draw_more(index, tasks)
         for task in self._iteration_tasks(index, TaskStatus.VALID):
             rs = [r for r in self.store.rollouts(self.run.id, group_id=f"{task.id}.g{index}")
                   if r.outcome != Outcome.INFRA_ERROR]
@@ -268,13 +269,42 @@ class Loop:
         infra = sum(r.outcome == Outcome.INFRA_ERROR for r in rollouts)
         self.event("practise", f"iteration {index}: {len(rollouts)} rollouts, {wins} successes, {infra} infra errors")
 
+    def _draw_more(self, index: int, tasks: list[Task]) -> None:
+        """Dynamic sampling (DAPO), bounded: a group whose valid rollouts all scored the same has advantage 0
+        and teaches nothing, so it gets more rollouts, group_size at a time, up to `loop.extra_draws` extra,
+        until its rewards differ. Ids continue the group's numbering, so a restart resumes the same draws."""
+        lp, drawn = self.settings.loop, 0
+        for _ in range(-(-lp.extra_draws // lp.group_size) + 1):  # the bound's rounds, plus one to finish a crash's
+            work = []
+            for task in tasks:
+                group = f"{task.id}.g{index}"
+                rs = self.store.rollouts(self.run.id, group_id=group)
+                unfinished = [r for r in rs if r.status != RolloutStatus.FINISHED]
+                if unfinished:  # drawn before a crash: run those first
+                    work += [(TaskSpec.from_spec(task.spec), r.id) for r in unfinished]
+                    continue
+                rewards = [float(r.reward or 0.0) for r in rs if r.outcome != Outcome.INFRA_ERROR]
+                for k in range(len(rs), len(rs) + extra_draws_for(rewards, lp.group_size, lp.extra_draws, len(rs))):
+                    r = new_rollout(self.store, harness=lp.harness, policy_version=self.engine.policy_version,
+                                    run_id=self.run.id, task_id=task.id, group_id=group, iteration=index,
+                                    purpose="train", rollout_id=f"{group}.{k}")
+                    work.append((TaskSpec.from_spec(task.spec), r.id))
+            if not work:
+                break
+            drawn += len(work)
+            self._run_pending(work)
+        if drawn:
+            self.event("practise", f"iteration {index}: {drawn} extra rollouts for groups without signal", extra=drawn)
+
     def phase_train(self, index: int) -> None:
         if any(c.iteration == index for c in self.store.checkpoints(self.run.id)):
             return  # trained before a crash; the engine restored these weights at start
         rollouts = [r for r in self.store.rollouts(self.run.id, iteration=index, purpose="train")
                     if r.status == RolloutStatus.FINISHED]
         self.store.check_trainable({r.task_id for r in rollouts if r.task_id})
-        samples = [s for r in rollouts for s in self.store.samples(r.id)]
+        from appliance.training.data import samples_of
+
+        samples = samples_of(self.store, rollouts)  # a rollout whose samples are missing is rebuilt
         try:
             result = learn(self.store, self.settings, self.engine, rollouts, samples, run_id=self.run.id,
                            iteration=index, steps=self.settings.loop.train_steps)
@@ -333,6 +363,16 @@ class Loop:
         r = httpx.post(f"{self.engine.base_url}/v1/chat/completions", json=body, timeout=300)
         r.raise_for_status()
         return r.json()["choices"][0]["message"]["content"] or ""
+
+
+def extra_draws_for(rewards: list[float], group_size: int, max_extra: int, drawn: int | None = None) -> int:
+    """How many more rollouts a group gets now: none once its (valid) rewards differ, none without any valid
+    reward (the machine failed; more draws would fail too), otherwise up to group_size more while fewer than
+    `max_extra` extra have been drawn (`drawn`: rollouts so far, infra errors included)."""
+    drawn = len(rewards) if drawn is None else drawn
+    if not rewards or len(set(rewards)) > 1:
+        return 0
+    return max(0, min(group_size, group_size + max_extra - drawn))
 
 
 def learning_curve(store: Store, run_id: str) -> list[tuple[int, float, int]]:

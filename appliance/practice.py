@@ -8,11 +8,19 @@ under the rollout's own route, so the exact tokens are in the store; the samples
 
 Outcomes: the verifier decides success/failure; turn/token/context limits are `truncated`; anything the
 machine caused (sandbox died, engine or proxy failed, verifier crashed, set-up failed) is `infra_error`
-with its cause in `rollouts.error` as "infra: <cause>", and never reaches the loss.
+with its cause in `rollouts.error` as "infra: <cause>", and never reaches the loss. Classified by cause:
+a third-party harness that exits non-zero crashed (before or after its model calls: either way the
+episode is not the policy's), and a rollout with a model call the engine failed (unreachable, 5xx, a
+broken stream; `engine_failed`) is infra_error even when the harness carried on. A request the engine
+refused as the request's fault (4xx: too long a context) stays the agent's.
+
+The rollout is finished and its samples written in one transaction, so a crash cannot leave a finished
+rollout without its samples.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import threading
 import uuid
@@ -22,13 +30,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from appliance.config import Settings
-from appliance.errors import ApplianceError, Interrupted
+from appliance.errors import ApplianceError, Interrupted, TrajectoryError
 from appliance.harness.base import ClientConfig, EndReason, Episode, Limits
 from appliance.harness.builtin import run_builtin
 from appliance.harness.external import harness_image, harness_settings, run_external
 from appliance.proxy import register_route
 from appliance.sandbox import ModelDoor, SandboxPool
-from appliance.schemas import Outcome, Rollout, RolloutStatus
+from appliance.schemas import ModelCall, Outcome, Rollout, RolloutStatus
 from appliance.store import Store
 from appliance.tasks import TaskSpec, verify_workspace
 from appliance.tasks.validate import write_workspace
@@ -117,14 +125,12 @@ def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> Rollout
                 ext = run_external(sb, spec_h, instruction=spec.instruction, token=token,
                                    max_turns=spec.limits.max_turns)
                 turns = len([c for c in store.model_calls(rollout.id) if c.status == "ok"])
-                if ext.timed_out:
-                    episode = Episode(EndReason.TIME_LIMIT, turns, [])
-                elif ext.exit_code != 0 and turns == 0:
-                    raise _Infra(f"harness exited {ext.exit_code} before any model call: {ext.stderr.strip()[-300:]}")
-                else:
-                    episode = Episode(EndReason.SUBMITTED, turns, [])
+                episode = external_episode(ext.exit_code, ext.timed_out, turns, ext.stderr)
         if episode.infra_error:
             raise _Infra(f"{episode.end_reason}: {episode.error or ''}".strip())
+        failed = [c for c in store.model_calls(rollout.id) if engine_failed(c)]
+        if failed:
+            raise _Infra(f"the engine failed {len(failed)} model call(s): {(failed[0].error or '')[:300]}")
         # sb.dropped: what the agent left that cannot leave its sandbox (FIFOs, sockets, links out): tampering
         verdict = verify_workspace(settings, spec, workspace, start=practice.pool.start, dropped=sb.dropped)
         verifier_output, tampered = verdict.output, list(verdict.tampered)
@@ -153,18 +159,42 @@ def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> Rollout
         # the engine was stopped or the sandbox swept under it: no outcome; the next start redoes it
         store.requeue_rollout(rollout.id)
         raise Interrupted(f"rollout {rollout.id} interrupted by the shutdown ({reason})")
-    store.finish_rollout(rollout.id, outcome, reward, error=reason, turns=turns)
-    trajectory = None
+    samples, trajectory = [], None
     if outcome != Outcome.INFRA_ERROR:
-        samples, trajectory = build_samples(store.model_calls(rollout.id), rollout_id=rollout.id,
-                                            group_id=rollout.group_id, reward=reward)
-        store.add_samples(samples)
+        try:
+            samples, trajectory = build_samples(store.model_calls(rollout.id), rollout_id=rollout.id,
+                                                group_id=rollout.group_id, reward=reward)
+        except TrajectoryError as e:  # the recorded calls do not fit together: nothing trustworthy to train
+            outcome, reward, reason = Outcome.INFRA_ERROR, 0.0, f"infra: trajectory: {e.message}"
+    store.finish_rollout(rollout.id, outcome, reward, error=reason, turns=turns, samples=samples)
     return RolloutResult(store.get_rollout(rollout.id), episode.as_dict() if episode else None, verifier_output,
                          trajectory, tampered)
 
 
 class _Infra(Exception):
     """A failure the machine caused; recorded as infra_error with this message as the cause."""
+
+
+def external_episode(exit_code: int, timed_out: bool, turns: int, stderr: str) -> Episode:
+    """How a third-party harness's run ended; raises _Infra when the harness itself failed."""
+    if timed_out:
+        return Episode(EndReason.TIME_LIMIT, turns, [])
+    if exit_code != 0:  # a crashed harness, before or after its model calls: not the policy's doing
+        raise _Infra(f"harness exited {exit_code} after {turns} model call(s): {stderr.strip()[-300:]}")
+    return Episode(EndReason.SUBMITTED, turns, [])
+
+
+_ENGINE_STATUS = re.compile(r"engine answered (\d+)")
+
+
+def engine_failed(call: ModelCall) -> bool:
+    """The proxy recorded this call as failed by the engine (not refused as the request's fault)."""
+    if call.status == "ok" or not call.error:
+        return False
+    if call.error.startswith(("engine unreachable", "engine failed mid-stream")):
+        return True
+    status = _ENGINE_STATUS.match(call.error)
+    return status is not None and int(status.group(1)) >= 500
 
 
 def _run_builtin(practice: Practice, spec: TaskSpec, shell: Any, token: str) -> Episode:

@@ -210,6 +210,7 @@ class ModelCall:
     latency_s: float
     error: str | None = None
     created_at: float = field(default_factory=now)
+    temperature: float | None = None  # the sampling temperature the engine used (None: not recorded, 1.0)
 
 
 @dataclass(slots=True)
@@ -225,6 +226,7 @@ class Sample:
     reward: float
     policy_version: int
     advantage: float | None = None
+    temperature: float = 1.0  # the sampling temperature of its trained tokens (the trainer divides logits by it)
 
 
 @dataclass(slots=True)

@@ -166,6 +166,18 @@ def m004_heldout_guard(db: sqlite_utils.Database) -> None:
     )
 
 
+@migrations()
+def m005_sampling_temperature(db: sqlite_utils.Database) -> None:
+    # The temperature each call was sampled at (the engine serves logprobs after temperature scaling, the
+    # trainer divides its logits by the same value); a sample carries its calls' temperature.
+    db.executescript(
+        """
+        ALTER TABLE model_calls ADD COLUMN temperature REAL;
+        ALTER TABLE samples ADD COLUMN temperature REAL NOT NULL DEFAULT 1.0;
+        """
+    )
+
+
 def pack_ints(values: list[int]) -> bytes:
     return array("i", values).tobytes()
 
@@ -465,9 +477,11 @@ class Store:
                       (RolloutStatus.PENDING, rollout_id))
 
     def finish_rollout(self, rollout_id: str, outcome: Outcome, reward: float, *, error: str | None = None,
-                       turns: int | None = None) -> None:
+                       turns: int | None = None, samples: list[Sample] | None = None) -> None:
+        """Finish the rollout and, when given, write its samples in the same transaction: a crash leaves
+        either a running rollout (requeued at the next start) or a finished one with its samples."""
         self._move_rollout(rollout_id, RolloutStatus.FINISHED, outcome=outcome, reward=reward, error=error,
-                           turns=turns, finished_at=now())
+                           turns=turns, finished_at=now(), _samples=samples)
 
     def _check_rollout(self, c: sqlite3.Connection, rollout_id: str, status: RolloutStatus) -> None:
         row = c.execute("SELECT status FROM rollouts WHERE id = ?", (rollout_id,)).fetchone()
@@ -475,12 +489,15 @@ class Store:
             raise NotFoundError(f"no rollout {rollout_id!r}")
         check_transition("rollout", ROLLOUT_TRANSITIONS, row["status"], status)
 
-    def _move_rollout(self, rollout_id: str, status: RolloutStatus, **cols: Any) -> None:
+    def _move_rollout(self, rollout_id: str, status: RolloutStatus, _samples: list[Sample] | None = None,
+                      **cols: Any) -> None:
         cols = {k: v for k, v in cols.items() if v is not None}
         with self.write() as c:
             self._check_rollout(c, rollout_id, status)
             sets = ", ".join(f"{k} = ?" for k in ["status", *cols])
             c.execute(f"UPDATE rollouts SET {sets} WHERE id = ?", (status, *cols.values(), rollout_id))
+            if _samples:
+                self._write_samples(c, _samples)
 
     # --- model calls ----------------------------------------------------------------------------
     def add_model_call(self, call: ModelCall) -> int:
@@ -493,10 +510,11 @@ class Store:
                 seq = row[0]
             cur = c.execute(
                 "INSERT INTO model_calls (rollout_id, seq, status, request, response, prompt_ids, completion_ids,"
-                " logprobs, policy_version, latency_s, error, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                " logprobs, policy_version, latency_s, error, created_at, temperature)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (call.rollout_id, seq, call.status, _json(call.request), _json(call.response),
                  pack_ints(call.prompt_ids), pack_ints(call.completion_ids), pack_floats(call.logprobs),
-                 call.policy_version, call.latency_s, call.error, call.created_at),
+                 call.policy_version, call.latency_s, call.error, call.created_at, call.temperature),
             )
             call.seq = seq
             call.id = cur.lastrowid
@@ -510,20 +528,25 @@ class Store:
     def add_samples(self, samples: list[Sample]) -> None:
         """Replace the samples of the rollouts given (idempotent rebuild)."""
         with self.write() as c:
-            for rid in {s.rollout_id for s in samples}:
-                c.execute("DELETE FROM samples WHERE rollout_id = ?", (rid,))
-            c.executemany(
-                "INSERT INTO samples (rollout_id, group_id, branch, token_ids, mask, logprobs, reward, advantage,"
-                " policy_version, created_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                [(s.rollout_id, s.group_id, s.branch, pack_ints(s.token_ids), pack_ints(s.mask),
-                  pack_floats(s.logprobs), s.reward, s.advantage, s.policy_version, now()) for s in samples],
-            )
+            self._write_samples(c, samples)
+
+    @staticmethod
+    def _write_samples(c: sqlite3.Connection, samples: list[Sample]) -> None:
+        for rid in {s.rollout_id for s in samples}:
+            c.execute("DELETE FROM samples WHERE rollout_id = ?", (rid,))
+        c.executemany(
+            "INSERT INTO samples (rollout_id, group_id, branch, token_ids, mask, logprobs, reward, advantage,"
+            " policy_version, created_at, temperature) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            [(s.rollout_id, s.group_id, s.branch, pack_ints(s.token_ids), pack_ints(s.mask),
+              pack_floats(s.logprobs), s.reward, s.advantage, s.policy_version, now(), s.temperature)
+             for s in samples],
+        )
 
     def samples(self, rollout_id: str) -> list[Sample]:
         rows = self.conn.execute("SELECT * FROM samples WHERE rollout_id = ? ORDER BY branch", (rollout_id,))
         return [Sample(r["rollout_id"], r["group_id"], r["branch"], unpack_ints(r["token_ids"]),
                        unpack_ints(r["mask"]), unpack_floats(r["logprobs"]), r["reward"], r["policy_version"],
-                       r["advantage"]) for r in rows]
+                       r["advantage"], r["temperature"]) for r in rows]
 
     # --- engine ---------------------------------------------------------------------------------
     def engine_state(self) -> tuple[EngineState, int, str | None]:
@@ -689,10 +712,11 @@ class Store:
         with self.write() as c:
             cur = c.executemany(
                 "INSERT INTO model_calls (rollout_id, seq, status, request, response, prompt_ids, completion_ids,"
-                " logprobs, policy_version, latency_s, error, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                " logprobs, policy_version, latency_s, error, created_at, temperature)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 ((m.rollout_id, m.seq, m.status, _json(m.request), _json(m.response), pack_ints(m.prompt_ids),
                   pack_ints(m.completion_ids), pack_floats(m.logprobs), m.policy_version, m.latency_s, m.error,
-                  m.created_at) for m in calls),
+                  m.created_at, m.temperature) for m in calls),
             )
             return cur.rowcount
 
@@ -799,7 +823,7 @@ def _model_call(r: sqlite3.Row) -> ModelCall:
     return ModelCall(r["id"], r["rollout_id"], r["seq"], r["status"], json.loads(r["request"]),
                      json.loads(r["response"]) if r["response"] else None, unpack_ints(r["prompt_ids"]),
                      unpack_ints(r["completion_ids"]), unpack_floats(r["logprobs"]), r["policy_version"],
-                     r["latency_s"], r["error"], r["created_at"])
+                     r["latency_s"], r["error"], r["created_at"], r["temperature"])
 
 
 def _checkpoint(r: sqlite3.Row) -> Checkpoint:

@@ -35,8 +35,15 @@ conditioned on exactly the prompt the engine saw. Invariant (tested with hypothe
 Two identical retries (same prompt, same sampled completion) are two engine samples and become two
 sibling branches with the same tokens; each trains its own sampling once.
 
+**One temperature per sample.** The trainer divides a sample's logits by one temperature (the one its
+tokens were sampled at; see appliance.training.loss). A branch takes the temperature of the first call
+that trains tokens in it; a later call of that branch sampled at another temperature keeps its tokens as
+context (mask 0), counted in the report's `other_temperature_tokens`: training them at the wrong
+temperature would make their importance ratio lie. A call at temperature 0 (greedy) is 1.0 here: the
+engine's greedy logprobs are the unscaled ones.
+
 Not covered here: advantages and group baselines (appliance.training), truncation to a training context
-length (the trainer), and anything that needs a tokenizer.
+length (the trainer cuts at the end; `truncation` counts what it cuts), and anything that needs a tokenizer.
 """
 
 from __future__ import annotations
@@ -74,6 +81,8 @@ class Branch:
     segments: list[Segment] = field(default_factory=list)
     policy_versions: set[int] = field(default_factory=set)
     last_seq: int = -1  # seq of the call that last extended it (tie-breaks prefer recent branches)
+    temperature: float | None = None  # the sampling temperature of the tokens it trains
+    other_temperature: int = 0  # sampled tokens kept as context: sampled at another temperature
 
 
 @dataclass(slots=True)
@@ -108,6 +117,7 @@ class TrajectoryReport:
     divergences: list[Divergence]
     policy_versions: list[int]
     retokenized_tokens: int = 0  # always 0: the builder never tokenizes text
+    other_temperature_tokens: int = 0  # sampled, but not trained: their branch trains another temperature
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -180,17 +190,29 @@ def _fork_source(branches: list[Branch], prompt: list[int]) -> tuple[Branch, int
     return best, best_k
 
 
+def sampling_temperature(call: ModelCall) -> float:
+    """The temperature whose logprobs the engine returned for this call (1.0 unrecorded or greedy)."""
+    t = call.temperature
+    return 1.0 if t is None or t < 1e-5 else float(t)
+
+
 def _append(branch: Branch, call: ModelCall, context: list[int]) -> None:
     start = len(branch.token_ids)
     completion_start = start + len(context)
+    n = len(call.completion_ids)
+    temperature = sampling_temperature(call)
+    if n and branch.temperature is None:
+        branch.temperature = temperature
+    trained = n == 0 or branch.temperature == temperature
+    branch.other_temperature += 0 if trained else n
     branch.token_ids += context
     branch.token_ids += call.completion_ids
     branch.mask += [0] * len(context)
-    branch.mask += [1] * len(call.completion_ids)
+    branch.mask += [int(trained)] * n
     branch.sampled += [0] * len(context)
-    branch.sampled += [1] * len(call.completion_ids)
+    branch.sampled += [1] * n
     branch.logprobs += [0.0] * len(context)
-    branch.logprobs += [float(x) for x in call.logprobs]
+    branch.logprobs += [float(x) for x in call.logprobs] if trained else [0.0] * n
     branch.segments.append(Segment(call.seq, start, completion_start, len(branch.token_ids)))
     branch.policy_versions.add(call.policy_version)
     branch.last_seq = call.seq
@@ -233,7 +255,7 @@ def tree_samples(tree: Tree, *, rollout_id: str, group_id: str | None, reward: f
         Sample(
             rollout_id=rollout_id, group_id=group_id, branch=b.index,
             token_ids=list(b.token_ids), mask=list(b.mask), logprobs=list(b.logprobs),
-            reward=reward, policy_version=min(b.policy_versions),
+            reward=reward, policy_version=min(b.policy_versions), temperature=b.temperature or 1.0,
         )
         for b in tree.branches
         if any(b.mask)
@@ -256,5 +278,21 @@ def build_samples(
         context_tokens=sum(len(s.mask) for s in samples) - sampled,
         divergences=tree.divergences,
         policy_versions=sorted({v for b in tree.branches for v in b.policy_versions}),
+        other_temperature_tokens=sum(b.other_temperature for b in tree.branches),
     )
     return samples, report
+
+
+def truncation(samples: Iterable[Sample], max_len: int) -> tuple[int, int]:
+    """(trained tokens, rollouts) that a cut at `max_len` tokens leaves untrained.
+
+    The trainer keeps the first `max_len` tokens of a sample: each kept token keeps its exact prefix, so
+    what is trained is still what the engine saw. A tail past the cut cannot be trained exactly (its
+    context would be gone), so it is dropped, and counted here as a metric of every step."""
+    tokens, rollouts = 0, set()
+    for s in samples:
+        cut = sum(s.mask[max_len:])
+        if cut:
+            tokens += cut
+            rollouts.add(s.rollout_id)
+    return tokens, len(rollouts)

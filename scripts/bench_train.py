@@ -12,6 +12,18 @@ see ENVIRONMENT.md: LoRA adapter load ~0.03 s, full reload ~0.35-0.7 s, CPU engi
 the CPU): "trainer build" is then the launch, the workers' imports and model load, and their exit. The
 step-vs-baseline comparison always runs in this process.
 
+Signal (always; no training): `--phases` simulated LEARN phases of `--signal-groups` groups of
+`--group-size` rollouts whose tasks pass at `--pass-rate`, dealt over `--steps` steps by the product's own
+code: the fraction of optimizer steps with a non-zero advantage to learn from (a step without one only
+moves the weights on AdamW's momentum), before (every part stepped, no extra draws) and now (zero-variance
+groups dropped, steps without signal not taken, the loop's bounded extra draws, `loop.extra_draws`).
+
+`--gap` (heavy: starts the CPU vLLM engine; run it under the heavy lock): samples `--gap-samples`
+completions of the bundled model at `--temperature` through the real engine, then scores the sampled
+tokens with the trainer at T=1 (what the trainer computed before issue 15) and at the sampling
+temperature (now). The engine serves processed logprobs, i.e. the behaviour policy's; the mean absolute
+difference per token is the true engine/trainer gap the importance ratio corrects.
+
 Baseline, measured in the same run on the same batch: a plain forward + backward + AdamW step of the
 model with a masked cross-entropy (no importance sampling, no statistics). Our step and the baseline run
 alternately, `--repeats` times each on one trainer, and the minimum of each is compared, so that load
@@ -87,6 +99,105 @@ def compare(settings, rollouts: list[Rollout], samples: list[Sample], repeats: i
     return min(ours), min(base), best["tokens_per_s"]
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def signal_report(phases: int, groups: int, size: int, pass_rate: float, steps: int, extra_draws: int,
+                  seed: int) -> dict:
+    """Steps and groups with signal over `phases` simulated LEARN phases, dealt as the LEARN phase deals
+    them (no model: the rewards are drawn at `pass_rate`, the dealing is the product's code)."""
+    from appliance.loop import extra_draws_for
+    from appliance.training.advantages import build_groups
+    from appliance.training.learn import split_groups
+
+    rng = random.Random(seed)
+    before = {"steps_taken": 0, "steps_with_signal": 0, "groups_with_signal": 0, "phases_with_signal": 0}
+    after = {"steps_taken": 0, "steps_with_signal": 0, "groups_with_signal": 0, "phases_with_signal": 0,
+             "extra_rollouts": 0}
+    for phase in range(phases):
+        rollouts, samples = [], []
+        for g in range(groups):
+            rewards = [float(rng.random() < pass_rate) for _ in range(size)]
+            # the loop's dynamic sampling: more draws while the group has no variance, up to the bound
+            while extra := extra_draws_for(rewards, size, extra_draws):
+                rewards += [float(rng.random() < pass_rate) for _ in range(extra)]
+            after["extra_rollouts"] += len(rewards) - size
+            for i, reward in enumerate(rewards):
+                rid, gid = f"p{phase}-g{g}-{i}", f"p{phase}-g{g}"
+                rollouts.append(Rollout(rid, "bench", "t", gid, 0, "builtin", 0, RolloutStatus.FINISHED,
+                                        outcome=Outcome.SUCCESS if reward else Outcome.FAILURE, reward=reward))
+                samples.append(Sample(rid, gid, 0, [1, 2, 3], [0, 1, 1], [0.0, -1.0, -1.0], reward, 0))
+        first = {r.id for r in rollouts if int(r.id.rsplit("-", 1)[1]) < size}
+        # before issue 15: the first group_size draws, every group dealt (zero-variance ones included),
+        # every part stepped
+        plain = build_groups([r for r in rollouts if r.id in first], [s for s in samples if s.rollout_id in first])
+        parts = split_groups(plain, steps)
+        with_signal = sum(any(s.advantage for s in p.samples) for p in parts)
+        before["steps_taken"] += len(parts)
+        before["steps_with_signal"] += with_signal
+        before["groups_with_signal"] += plain.signal_groups
+        before["phases_with_signal"] += plain.signal_groups > 0
+        # now: extra draws, zero-variance groups dropped, only steps with signal taken
+        kept = build_groups(rollouts, samples, keep_zero_std=False)
+        parts = split_groups(kept, steps) if kept.samples else []
+        after["steps_taken"] += len(parts)
+        after["steps_with_signal"] += sum(any(s.advantage for s in p.samples) for p in parts)
+        after["groups_with_signal"] += kept.signal_groups
+        after["phases_with_signal"] += kept.signal_groups > 0
+    for side in (before, after):
+        side["fraction_of_steps_taken_with_signal"] = round(side["steps_with_signal"] / max(side["steps_taken"], 1), 3)
+        side["fraction_of_asked_steps_with_signal"] = round(side["steps_with_signal"] / (phases * steps), 3)
+        side["groups_with_signal_per_phase"] = round(side["groups_with_signal"] / phases, 2)
+    after["extra_rollouts_per_phase"] = round(after.pop("extra_rollouts") / phases, 2)
+    return {"phases": phases, "groups_per_phase": groups, "group_size": size, "pass_rate": pass_rate,
+            "steps_asked": steps, "extra_draws": extra_draws, "before": before, "after": after}
+
+
+def gap_report(settings, samples_n: int, temperature: float, tokens: int) -> dict:
+    """The true engine/trainer gap at the sampling temperature, against the real CPU engine."""
+    import httpx
+
+    from appliance.serving import Engine
+    from appliance.training.trainer import PolicyTrainer
+
+    settings.engine.startup_timeout_s = max(settings.engine.startup_timeout_s, 900)  # a shared CPU is slow to start
+    store = Store(settings.db_path)
+    engine = Engine(settings, store)
+    engine.start()
+    try:
+        prompt = engine.canary_prompt()
+        drawn = []
+        for seed in range(samples_n):
+            r = httpx.post(f"{engine.base_url}/v1/completions", timeout=600, json={
+                "model": engine.model_name(), "prompt": prompt, "max_tokens": tokens, "temperature": temperature,
+                "seed": seed, "logprobs": 0, "return_token_ids": True})
+            r.raise_for_status()
+            choice = r.json()["choices"][0]
+            drawn.append((choice["token_ids"], choice["logprobs"]["token_logprobs"]))
+    finally:
+        engine.stop()
+        store.close()
+    samples = [Sample(f"s{i}", "g", 0, prompt + ids, [0] * len(prompt) + [1] * len(ids),
+                      [0.0] * len(prompt) + lps, 0.0, 0, temperature=temperature) for i, (ids, lps) in enumerate(drawn)]
+    trainer = PolicyTrainer(settings.training, settings.model_path)
+    at_one, at_t = trainer.logps(samples, temperature=1.0), trainer.logps(samples)
+
+    def gap(trainer_lps: list[list[float]]) -> tuple[float, float]:
+        diffs = [t - s.logprobs[j] for s, lps in zip(samples, trainer_lps) for j, t in enumerate(lps) if s.mask[j]]
+        return sum(abs(d) for d in diffs) / len(diffs), sum(diffs) / len(diffs)
+
+    (before_abs, before_signed), (after_abs, after_signed) = gap(at_one), gap(at_t)
+    return {"temperature": temperature, "samples": samples_n,
+            "tokens": sum(sum(s.mask) for s in samples),
+            "before_trainer_at_T1": {"mean_abs_gap_nats": round(before_abs, 4), "mean_signed_gap_nats": round(before_signed, 4)},
+            "after_trainer_at_T": {"mean_abs_gap_nats": round(after_abs, 4), "mean_signed_gap_nats": round(after_signed, 4)}}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--groups", type=int, default=2)
@@ -96,7 +207,22 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=2, help="alternating GRPO / baseline steps for the ratio")
     p.add_argument("--model", type=Path, default=None, help="HF model folder (default: the bundled model)")
     p.add_argument("--processes", type=int, default=1, help="training.processes for the measured phase")
+    p.add_argument("--signal-groups", type=int, default=8, help="synthetic groups per phase (loop.tasks_per_iteration)")
+    p.add_argument("--phases", type=int, default=500, help="simulated LEARN phases for the signal fractions")
+    p.add_argument("--pass-rate", type=float, default=0.1, help="task pass rate of the synthetic groups")
+    p.add_argument("--steps", type=int, default=2, help="optimizer steps the groups are dealt over (loop.train_steps)")
+    p.add_argument("--extra-draws", type=int, default=None, help="loop.extra_draws (default: the setting's)")
+    p.add_argument("--signal-only", action="store_true", help="only the signal fractions (no training)")
+    p.add_argument("--gap", action="store_true", help="also measure the true engine/trainer gap (starts vLLM)")
+    p.add_argument("--gap-samples", type=int, default=8)
+    p.add_argument("--temperature", type=float, default=None, help="sampling temperature (default harness.temperature)")
     args = p.parse_args()
+    defaults = load_settings()
+    extra = defaults.loop.extra_draws if args.extra_draws is None else args.extra_draws
+    signal = signal_report(args.phases, args.signal_groups, args.group_size, args.pass_rate, args.steps, extra, 0)
+    if args.signal_only:
+        print(json.dumps({"signal": signal}, indent=2))
+        return
 
     with tempfile.TemporaryDirectory(prefix="bench-train-") as home:
         settings = load_settings(environ={"APPLIANCE_HOME": home})
@@ -106,6 +232,11 @@ def main() -> None:
         settings.training.processes = args.processes
         if not (settings.model_path / "config.json").exists():
             sys.exit(f"no model at {settings.model_path}; run `appliance init` (or pass --model)")
+        if args.gap:  # the gap alone: the timing runs are minutes on a shared CPU
+            settings.engine.port = free_port()
+            gap = gap_report(settings, args.gap_samples, args.temperature or settings.harness.temperature, 32)
+            print(json.dumps({"signal": signal, "gap": gap}, indent=2))
+            return
         store, engine = Store(settings.db_path), FakeEngine()
         rollouts, samples = practice(args.groups, args.group_size, args.tokens, 0)
         t0 = time.perf_counter()
@@ -130,7 +261,7 @@ def main() -> None:
         "seconds": {k: round(v, 3) for k, v in parts.items()},
         "tokens_per_s": round(tokens_per_s, 1), "grpo_step_s_min": round(step_s, 3),
         "baseline_ce_step_s_min": round(base_s, 3), "step_vs_baseline": round(step_s / base_s, 2),
-        "repeats": args.repeats,
+        "repeats": args.repeats, "signal": signal,
     }
     print(json.dumps(report, indent=2))
 

@@ -213,3 +213,17 @@ def test_backup_refuses_to_overwrite_the_store(store: Store) -> None:
     with pytest.raises(StoreError) as e:
         store.backup(store.path)
     assert "onto itself" in e.value.message
+
+
+def test_finish_rollout_writes_its_samples_in_the_same_transaction(store: Store) -> None:
+    from appliance.schemas import Outcome, Rollout, RolloutStatus, Sample
+
+    store.add_rollout(Rollout("r", None, None, "g", 0, "builtin", 0, RolloutStatus.PENDING))
+    store.start_rollout("r")
+    sample = Sample("r", "g", 0, [1, 2, 3], [0, 1, 1], [0.0, -0.5, -0.25], 1.0, 0, temperature=0.7)
+    with pytest.raises(sqlite3.IntegrityError):  # two samples of one branch: the write fails as a whole
+        store.finish_rollout("r", Outcome.SUCCESS, 1.0, samples=[sample, sample])
+    assert store.get_rollout("r").status == RolloutStatus.RUNNING and store.samples("r") == []
+    store.finish_rollout("r", Outcome.SUCCESS, 1.0, samples=[sample])
+    assert store.get_rollout("r").status == RolloutStatus.FINISHED
+    assert store.samples("r") == [sample]  # the temperature comes back too

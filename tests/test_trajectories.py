@@ -226,3 +226,26 @@ def test_a_pure_chain_is_always_one_branch(turns):
     samples, report = samples_of(calls)
     assert report.branches == 1 and report.divergences == []
     assert [t for s in samples for t in sampled_ids(s)] == [t for c in calls for t in c.completion_ids]
+
+
+def test_a_sample_carries_its_sampling_temperature():
+    from dataclasses import replace
+
+    first = replace(call(0, SYSTEM + USER, [31, 32, IM_END]), temperature=0.7)
+    second = replace(call(1, SYSTEM + USER + [31, 32, IM_END, NL] + USER, [41, IM_END]), temperature=0.7)
+    (sample,), report = samples_of([first, second])
+    assert sample.temperature == 0.7 and report.other_temperature_tokens == 0
+    greedy = replace(call(0, SYSTEM + USER, [31, IM_END]), temperature=0.0)
+    assert samples_of([greedy])[0][0].temperature == 1.0  # the engine's greedy logprobs are unscaled
+    assert samples_of([call(0, SYSTEM + USER, [31, IM_END])])[0][0].temperature == 1.0  # not recorded
+
+
+def test_tokens_sampled_at_another_temperature_are_context_not_trained():
+    from dataclasses import replace
+
+    first = replace(call(0, SYSTEM + USER, [31, 32, IM_END]), temperature=0.7)
+    hot = replace(call(1, SYSTEM + USER + [31, 32, IM_END, NL] + USER, [41, IM_END]), temperature=1.2)
+    (sample,), report = samples_of([first, hot])
+    assert sampled_ids(sample) == [31, 32, IM_END] and sample.temperature == 0.7
+    assert report.other_temperature_tokens == 2
+    assert sample.token_ids[-2:] == [41, IM_END] and sample.logprobs[-2:] == [0.0, 0.0]

@@ -141,8 +141,11 @@ class Proxy:
                  response: dict[str, Any] | None = None, error: str | None = None,
                  tokens: Tokens | None = None) -> ModelCall:
         tokens = tokens or Tokens()
+        # the engine (--generation-config vllm) samples at 1.0 when the request names no temperature
+        temperature = request.get("temperature")
         return ModelCall(None, rollout_id, -1, status, request, response, tokens.prompt, tokens.completion,
-                         tokens.logprobs, self.engine.policy_version, time.perf_counter() - started, error)
+                         tokens.logprobs, self.engine.policy_version, time.perf_counter() - started, error,
+                         temperature=float(temperature) if isinstance(temperature, (int, float)) else 1.0)
 
     async def record(self, call: ModelCall) -> None:
         # sqlite may wait on the write lock (the trainer writes too): never block the event loop on it

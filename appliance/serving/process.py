@@ -35,6 +35,9 @@ def command(settings: Settings, weights: Path, tokenizer: Path) -> list[str]:
         "--enable-auto-tool-choice", "--tool-call-parser", "xlam",
         # sampling defaults come from the request, never from a generation_config.json in the folder
         "--generation-config", "vllm",
+        # logprobs after temperature scaling (and top-k/top-p): the distribution the tokens were sampled
+        # from, which the trainer reproduces by dividing its logits by the call's recorded temperature
+        "--logprobs-mode", "processed_logprobs",
         "--seed", "0",
     ]
     if e.enforce_eager:

@@ -9,8 +9,11 @@ Pure functions over schemas records (no torch), so the rules the DESIGN page sta
 - a group with fewer than `min_valid_rollouts` valid rollouts has no trustworthy baseline and is dropped.
 
 The advantage is TRL's: reward minus the group mean, divided by the group's sample std (+1e-4) when
-`scale_rewards` (Dr. GRPO turns the division off). A group whose rewards are all equal gets advantage 0:
-it is kept (it still counts as a valid group and feeds the KL term) but teaches the policy nothing.
+`scale_rewards` (Dr. GRPO turns the division off). A group whose rewards are all equal gets advantage 0
+and teaches the policy nothing: it counts as a valid (zero-std) group, and its samples are kept only when
+asked (`keep_zero_std`, for the KL term when beta > 0). Without beta, a step over such samples would still
+move the weights on AdamW's momentum alone and publish a new policy version for nothing (DAPO's dynamic
+sampling filters them out for the same reason).
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ class GroupedBatch:
     valid_rollouts: int  # rollouts in kept groups
     infra_errors: int
     rewards: list[float] = field(default_factory=list)  # rewards of the valid rollouts in kept groups
+    signal_groups: int = 0  # kept groups whose rewards differ: the ones with a non-zero advantage
+    turns: dict[str, int] = field(default_factory=dict)  # model calls of each valid rollout (a metric)
 
     @property
     def infra_error_rate(self) -> float:
@@ -72,12 +77,13 @@ def group_advantages(rewards: list[float], *, scale: bool = True) -> list[float]
 
 
 def build_groups(rollouts: list[Rollout], samples: list[Sample], *, min_valid_rollouts: int = 2,
-                 scale_rewards: bool = True) -> GroupedBatch:
+                 scale_rewards: bool = True, keep_zero_std: bool = True) -> GroupedBatch:
     """Assign every sample of a valid rollout in a kept group its rollout's advantage.
 
     A rollout without a group id is its own group (it has no baseline and is dropped unless
-    `min_valid_rollouts` is 1). Samples whose rollout is not in `rollouts` are ignored: without the rollout
-    there is no outcome to trust.
+    `min_valid_rollouts` is 1). `keep_zero_std=False` leaves out the samples of groups whose rewards are
+    all equal (they are still counted in valid_groups and zero_std_groups). Samples whose rollout is not in
+    `rollouts` are ignored: without the rollout there is no outcome to trust.
     """
     groups: dict[str, list[Rollout]] = {}
     for r in rollouts:
@@ -96,8 +102,13 @@ def build_groups(rollouts: list[Rollout], samples: list[Sample], *, min_valid_ro
         advantages = group_advantages(rewards, scale=scale_rewards)
         out.valid_groups += 1
         out.valid_rollouts += len(valid)
-        out.zero_std_groups += len(set(rewards)) == 1
+        zero_std = len(set(rewards)) == 1
+        out.zero_std_groups += zero_std
+        out.signal_groups += not zero_std
         out.rewards += rewards
+        out.turns.update({r.id: r.turns for r in valid})
+        if zero_std and not keep_zero_std:
+            continue
         for rollout, adv in zip(valid, advantages, strict=True):
             for s in sorted(by_rollout.get(rollout.id, []), key=lambda s: s.branch):
                 out.samples.append(replace(s, advantage=adv, reward=float(rollout.reward)))  # type: ignore[arg-type]

@@ -19,6 +19,13 @@ def training_data(store: Store, run_id: str | None, *, policy_version: int, iter
                   purpose: str = "train") -> tuple[list[Rollout], list[Sample]]:
     rollouts = [r for r in store.rollouts(run_id, iteration=iteration, purpose=purpose, status=RolloutStatus.FINISHED)
                 if r.policy_version == policy_version]
+    return rollouts, samples_of(store, rollouts)
+
+
+def samples_of(store: Store, rollouts: list[Rollout]) -> list[Sample]:
+    """The stored samples of `rollouts`; a valid rollout without any is rebuilt from its model calls (and
+    the rebuild stored), so rollouts finished before samples were written in the same transaction, or by
+    an older version, still train."""
     samples: list[Sample] = []
     for r in rollouts:
         found = store.samples(r.id)
@@ -28,7 +35,7 @@ def training_data(store: Store, run_id: str | None, *, policy_version: int, iter
                 found, _ = build_samples(calls, rollout_id=r.id, group_id=r.group_id, reward=float(r.reward or 0.0))
                 store.add_samples(found)
         samples += found
-    return rollouts, samples
+    return samples
 
 
 def train_on_practice(store: Store, settings, engine, *, run_id: str | None, steps: int = 1,

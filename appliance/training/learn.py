@@ -5,6 +5,9 @@
     save                             checkpoints_dir/v{N}: adapter or full weights + optimizer state
     engine.load_weights(path, kind)  LoRA adapter load or full reload, wake, canary, serve: version N
 
+A phase with nothing to learn (every group's rollouts scored the same, beta 0) does not pause serving and
+publishes no version; one whose steps changed no weight resumes serving on the old ones.
+
 `load_weights` ends serving by itself (on the new weights, or, when the sync or its canary fails, on the
 previous ones, raising `EngineError`); `engine.resume()` is only for a phase that ends without new weights
 (training failed, or nothing to save). So a crashed trainer never leaves serving asleep.
@@ -76,7 +79,10 @@ def split_groups(batch: GroupedBatch, steps: int) -> list[GroupedBatch]:
         chunk = groups[i * per: (i + 1) * per]
         part_samples = [s for g in chunk for s in g]
         rewards = list({s.rollout_id: s.reward for s in part_samples}.values())
-        part = GroupedBatch(part_samples, len(chunk), 0, 0, batch.rollouts, len(rewards), batch.infra_errors, rewards)
+        signal = sum(any(s.advantage for s in g) for g in chunk)
+        turns = {s.rollout_id: batch.turns[s.rollout_id] for s in part_samples if s.rollout_id in batch.turns}
+        part = GroupedBatch(part_samples, len(chunk), 0, 0, batch.rollouts, len(rewards), batch.infra_errors, rewards,
+                            signal, turns)
         if i == 0:  # the phase's dropped/zero-std counts are reported once, with the first step
             part.dropped_groups, part.zero_std_groups = batch.dropped_groups, batch.zero_std_groups
         out.append(part)
@@ -90,8 +96,10 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
     from appliance.training.sft import successful_samples
 
     cfg = settings.training
+    # Groups whose rollouts all scored the same teach nothing; without a KL term they are left out before
+    # the steps are dealt, so no step is taken (and no version published) on momentum alone.
     batch = build_groups(rollouts, samples, min_valid_rollouts=cfg.min_valid_rollouts,
-                         scale_rewards=cfg.scale_rewards and cfg.loss_type != "dr_grpo")
+                         scale_rewards=cfg.scale_rewards and cfg.loss_type != "dr_grpo", keep_zero_std=cfg.beta != 0.0)
     sft_samples = successful_samples(rollouts, samples) if cfg.method in ("sft", "both") else []
     result = LearnResult(engine.policy_version, None)
     timings = result.timings
@@ -102,7 +110,9 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
         store.add_event(Event("train", what, run_id, {"iteration": iteration, **data}, seconds))
 
     if not batch.samples and not sft_samples:
-        note("nothing to train on", 0.0, dropped_groups=batch.dropped_groups, infra_errors=batch.infra_errors)
+        what = "no signal: every group's rollouts scored the same" if batch.zero_std_groups else "nothing to train on"
+        note(what, 0.0, dropped_groups=batch.dropped_groups, zero_std_groups=batch.zero_std_groups,
+             infra_errors=batch.infra_errors)
         store.add_metrics(run_id, global_step, _batch_metrics(batch))
         result.steps.append(_batch_metrics(batch))
         return result
@@ -149,13 +159,16 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
             # launching the workers, their imports and model load, and their exit count as loading
             timings["load_s"] = max(0.0, out.wall_s - timings["train_s"] - timings["save_s"])
             note("trained", timings["train_s"], steps=len(result.steps), global_step=global_step, processes=processes)
-        synced = True  # from here on the engine, not this phase, brings serving back
-        with _timed(timings, "sync_s"):
-            result.policy_version = engine.load_weights(path, kind)
-        note("weights synced", timings["sync_s"], policy_version=result.policy_version, kind=kind)
-        summary = {**_last(result.steps), "global_step": float(global_step)}
-        result.checkpoint = Checkpoint(run_id, result.policy_version, iteration, kind, str(path), summary)
-        store.add_checkpoint(result.checkpoint)
+        if any(step.get("trained_tokens") or step.get("sft_steps") for step in result.steps):
+            synced = True  # from here on the engine, not this phase, brings serving back
+            with _timed(timings, "sync_s"):
+                result.policy_version = engine.load_weights(path, kind)
+            note("weights synced", timings["sync_s"], policy_version=result.policy_version, kind=kind)
+            summary = {**_last(result.steps), "global_step": float(global_step)}
+            result.checkpoint = Checkpoint(run_id, result.policy_version, iteration, kind, str(path), summary)
+            store.add_checkpoint(result.checkpoint)
+        else:  # no step changed the weights: the policy is the one serving, no new version
+            note("no update: no step had a token to learn from", 0.0, steps=len(result.steps))
     finally:
         if not synced:
             del trainer
@@ -170,9 +183,14 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
 def run_steps(trainer, sft_samples: list[Sample], parts: list[GroupedBatch],
               record: Callable[[dict[str, float]], None]) -> None:
     """The phase's optimizer work on one trainer: SFT first (it moves the policy toward its own successes,
-    GRPO then sharpens), then one GRPO step per part; `record` gets each step's metrics as it ends."""
+    GRPO then sharpens), then one GRPO step per part; `record` gets each step's metrics as it ends.
+
+    pi_old (the policy that sampled the rollouts) is recorded before any update, SFT's included, so every
+    GRPO step's ratio and clip measure the distance from it."""
     from appliance.training.sft import sft
 
+    if parts:
+        trainer.freeze_old_logps(parts)
     if sft_samples:
         record(sft(trainer, sft_samples))
     for part in parts:
@@ -181,8 +199,9 @@ def run_steps(trainer, sft_samples: list[Sample], parts: list[GroupedBatch],
 
 def _batch_metrics(batch: GroupedBatch) -> dict[str, float]:
     return {"valid_groups": batch.valid_groups, "dropped_groups": batch.dropped_groups,
+            "zero_std_groups": batch.zero_std_groups, "groups_with_signal": batch.signal_groups,
             "infra_error_rate": batch.infra_error_rate, "reward_mean": batch.reward_mean,
-            "reward_std": batch.reward_std, "rollouts": batch.rollouts}
+            "reward_std": batch.reward_std, "rollouts": batch.rollouts, "skipped_steps": 1.0}
 
 
 def _last(steps: list[dict[str, float]]) -> dict[str, float]:

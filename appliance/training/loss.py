@@ -10,12 +10,25 @@ Shapes: B sequences, L tokens. Position t of the (B, L-1) tensors is token t+1 o
 from tokens 0..t. `mask` is 1 exactly where the engine sampled the token (the Sample's mask, shifted).
 
 Two different ratios appear, as in TRL:
-- the *policy* ratio pi_theta / pi_old, clipped by epsilon (PPO). We take one optimizer step per batch of
-  fresh rollouts, so pi_old is the trainer's own detached logprob and the ratio is 1 with a gradient;
+- the *policy* ratio pi_theta / pi_old, clipped by epsilon (PPO). pi_old is the trainer's logprob at the
+  start of the LEARN phase, computed once before any update (TRL computes it at generation time): on the
+  phase's first GRPO step the ratio is 1 with a gradient; on later steps (or after the SFT update of
+  method=both) it measures how far the policy moved, and the clip keeps the trust region;
 - the *engine* importance ratio pi_old / pi_engine against the logprobs the engine recorded while
   sampling: the correction for the engine and trainer not being the same numerical function (bf16 serving,
   other kernels) or the engine lagging a version behind. It is truncated (capped) or masked (tokens or
   sequences outside [is_min, is_cap] dropped) as TRL's `vllm_importance_sampling_mode`.
+
+Both are taken at the temperature each token was sampled at: the engine serves processed logprobs (after
+temperature scaling) and the trainer divides its logits by the temperature recorded with the call, so the
+behaviour policy and pi_old are the same distribution (TRL divides by `args.temperature` the same way).
+
+The unit of the grpo/gspo/dr_grpo normalisers is the rollout, not the sample: a rollout whose history was
+rewritten has several samples (branches), and dividing by the sample count would weigh it k times. A row's
+token sum is divided by its rollout's trained tokens over all its branches (`units`), and the step's sum
+by the number of rollouts, so a k-branch rollout weighs exactly as the same tokens in one sequence would.
+(GSPO's sequence-level ratio is still taken per branch: the weights are the same, the ratio of a rollout
+spread over several branches is not pooled across them.)
 """
 
 from __future__ import annotations
@@ -36,6 +49,8 @@ class PackedBatch:
     mask: torch.Tensor  # (B, L-1) float, 1 on engine-sampled target tokens
     engine_logps: torch.Tensor  # (B, L-1) engine logprob of each target token (0 where mask is 0)
     advantages: torch.Tensor  # (B,)
+    temperatures: torch.Tensor | None = None  # (B,) the sampling temperature of each row (None: 1.0)
+    units: torch.Tensor | None = None  # (B,) trained tokens of each row's rollout, all branches (None: the row's)
 
     @property
     def trained_tokens(self) -> int:
@@ -43,8 +58,13 @@ class PackedBatch:
 
 
 def pack(token_ids: list[list[int]], masks: list[list[int]], logprobs: list[list[float]],
-         advantages: list[float], *, pad_id: int, max_len: int) -> PackedBatch:
-    """Right-pad samples into tensors; sequences longer than `max_len` are cut at the end."""
+         advantages: list[float], *, pad_id: int, max_len: int, temperatures: list[float] | None = None,
+         units: list[float] | None = None) -> PackedBatch:
+    """Right-pad samples into tensors; sequences longer than `max_len` are cut at the end.
+
+    Only the end can go: every kept token keeps its exact prefix, so what is trained is still what the
+    engine saw; a cut-off tail is not trained (its context would be gone). `trajectories.truncation` counts it.
+    """
     length = min(max(len(t) for t in token_ids), max_len)
     b = len(token_ids)
     ids = torch.full((b, length), pad_id, dtype=torch.long)
@@ -58,21 +78,35 @@ def pack(token_ids: list[list[int]], masks: list[list[int]], logprobs: list[list
         mask[i, :n] = torch.tensor(m[:n], dtype=torch.float32)
         eng[i, :n] = torch.tensor(lp[:n], dtype=torch.float32)
     # Token 0 has no context to be predicted from; a sample never trains on it.
-    return PackedBatch(ids, attn, mask[:, 1:], eng[:, 1:] * mask[:, 1:], torch.tensor(advantages, dtype=torch.float32))
+    return PackedBatch(ids, attn, mask[:, 1:], eng[:, 1:] * mask[:, 1:], torch.tensor(advantages, dtype=torch.float32),
+                       None if temperatures is None else torch.tensor(temperatures, dtype=torch.float32),
+                       None if units is None else torch.tensor(units, dtype=torch.float32))
 
 
 def token_logps(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                temperature: float = 1.0, start: int = 0) -> torch.Tensor:
-    """(B, L-1-start) log-probability of tokens start+1..L-1 given their prefix, in fp32.
+                temperature: float | torch.Tensor = 1.0, start: int = 0, entropy: list[float] | None = None,
+                entropy_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, L-1-start) log-probability of tokens start+1..L-1 given their prefix, in fp32, at `temperature`
+    (a float, or a (B,) tensor: one per row).
 
     `start` skips the leading positions no sample trains on (the shared system prompt and first user
     turn): the (B, L, vocab) logits are the step's largest tensor, and most of them would be prompt.
+    When `entropy` is a list, the sum of the token entropies (nats, no gradient) where `entropy_mask` is
+    set (every position without one) is appended to it: only trained positions, the full-vocabulary
+    softmax is not free.
     """
-    from trl.trainer.utils import selective_log_softmax
+    from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
     keep = input_ids.shape[1] - start
     logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep).logits[:, :-1, :]
-    return selective_log_softmax(logits.float() / temperature, input_ids[:, start + 1:])
+    if isinstance(temperature, torch.Tensor):
+        temperature = temperature.to(logits.device).view(-1, 1, 1)
+    logits = logits.float() / temperature
+    if entropy is not None:
+        with torch.no_grad():
+            rows = logits.detach()[entropy_mask > 0] if entropy_mask is not None else logits.detach().flatten(0, 1)
+            entropy.append(float(entropy_from_logits(rows).sum()) if rows.numel() else 0.0)
+    return selective_log_softmax(logits, input_ids[:, start + 1:])
 
 
 def first_trained_position(mask: torch.Tensor) -> int:
@@ -85,7 +119,7 @@ def first_trained_position(mask: torch.Tensor) -> int:
 class Normaliser:
     """The denominators of one optimizer step, over all its micro-batches (TRL's aggregation per loss type)."""
 
-    sequences: int
+    sequences: int  # rollouts (the unit: a rollout's branches count once)
     tokens: int
     max_len: int  # dr_grpo's constant (TRL's max_completion_length)
 
@@ -112,8 +146,12 @@ def engine_is_ratio(old_logps: torch.Tensor, engine_logps: torch.Tensor, mask: t
 
 def policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, ref_logps: torch.Tensor | None,
                 is_ratio: torch.Tensor | None, mask: torch.Tensor, advantages: torch.Tensor,
-                cfg: TrainingSettings, norm: Normaliser) -> tuple[torch.Tensor, dict[str, float]]:
-    """This micro-batch's share of the step loss (sum over micro-batches = TRL's loss for the whole step)."""
+                cfg: TrainingSettings, norm: Normaliser,
+                units: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """This micro-batch's share of the step loss (sum over micro-batches = TRL's loss for the whole step).
+
+    `units` (B,): the trained tokens of each row's rollout over all its branches (default: the row's own,
+    TRL's per-sequence mean when every rollout is one sequence)."""
     adv = advantages.unsqueeze(1)
     log_ratio = logps - old_logps
     if cfg.loss_type == "gspo":
@@ -134,7 +172,8 @@ def policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, ref_logps: torch.T
         per_token = per_token + cfg.beta * kl
     per_token = per_token.expand_as(mask) * mask
     if cfg.loss_type in ("grpo", "gspo"):
-        loss = (per_token.sum(-1) / mask.sum(-1).clamp(min=1.0)).sum() / norm.sequences
+        denom = mask.sum(-1) if units is None else units.to(mask.device)
+        loss = (per_token.sum(-1) / denom.clamp(min=1.0)).sum() / norm.sequences
     elif cfg.loss_type == "dapo":
         loss = per_token.sum() / max(norm.tokens, 1)
     elif cfg.loss_type == "dr_grpo":

@@ -6,8 +6,11 @@ state: `lora` = a peft adapter folder (adapter_config.json + adapter_model.safet
 /v1/load_lora_adapter reads; the engine keeps serving the base model underneath), `full` = a safetensors
 Hugging Face folder with config and tokenizer (what vLLM's reload_weights reads).
 
-One optimizer step per `grpo_step` call: the samples of a step are the fresh rollouts of the current
-policy version, so the PPO ratio starts at 1 (TRL's num_iterations=1); micro-batches accumulate gradients.
+One optimizer step per `grpo_step` call; micro-batches accumulate gradients. The samples of a phase are
+the fresh rollouts of the current policy version; `freeze_old_logps` records pi_old for all of them before
+the phase's first update, so each step's PPO ratio and clip are against the policy that sampled them (the
+ratio is 1 on the first step, and moves on the later steps of the phase and after an SFT update). A step
+with no non-zero advantage and no KL term is not taken: AdamW would move the weights on momentum alone.
 Built inside a torch.distributed process group (a worker of `training.processes` > 1), the trainer is one
 data-parallel replica: it trains its shard of each step's groups and sums gradients with the others.
 """
@@ -26,6 +29,7 @@ from appliance.errors import ApplianceError
 from appliance.schemas import Sample
 from appliance.training.advantages import GroupedBatch
 from appliance.training.distributed import all_reduce_grads, broadcast_params, gather_partials, shard_groups, world
+from appliance.trajectories import truncation
 from appliance.training.loss import (
     Normaliser,
     PackedBatch,
@@ -96,23 +100,43 @@ class PolicyTrainer:
         if resume_from is not None and (resume_from / OPTIMIZER_FILE).exists():
             self.optimizer.load_state_dict(torch.load(resume_from / OPTIMIZER_FILE, map_location=self.device))
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.old_logps: dict[tuple[str, int], list[float]] = {}  # pi_old of the phase, by (rollout, branch)
 
     # --- GRPO ---------------------------------------------------------------------------------
-    def pack(self, samples: list[Sample]) -> PackedBatch:
-        return pack([s.token_ids for s in samples], [s.mask for s in samples], [s.logprobs for s in samples],
-                    [float(s.advantage or 0.0) for s in samples], pad_id=self.pad_id, max_len=self.cfg.max_seq_len)
+    def pack(self, samples: list[Sample], *, logprobs: list[list[float]] | None = None,
+             units: dict[str, int] | None = None) -> PackedBatch:
+        """Samples as tensors; `logprobs` replaces the engine's (to pack pi_old the same way)."""
+        return pack([s.token_ids for s in samples], [s.mask for s in samples],
+                    logprobs if logprobs is not None else [s.logprobs for s in samples],
+                    [float(s.advantage or 0.0) for s in samples], pad_id=self.pad_id, max_len=self.cfg.max_seq_len,
+                    temperatures=[s.temperature for s in samples],
+                    units=None if units is None else [units[s.rollout_id] for s in samples])
 
-    def logps(self, samples: list[Sample]) -> list[list[float]]:
-        """The trainer's logprob of every token given its prefix (0.0 for token 0): the engine's counterpart."""
+    def logps(self, samples: list[Sample], *, temperature: float | None = None) -> list[list[float]]:
+        """The trainer's logprob of every token given its prefix (0.0 for token 0): the engine's counterpart,
+        at each sample's sampling temperature (or at `temperature` for all)."""
         out = []
         self.model.eval()
         with torch.no_grad():
             for i in range(0, len(samples), self.cfg.micro_batch_size):
                 chunk = samples[i: i + self.cfg.micro_batch_size]
                 b = self.pack(chunk)
-                lp = token_logps(self.model, b.input_ids.to(self.device), b.attention_mask.to(self.device)).cpu()
+                t = b.temperatures if temperature is None else temperature
+                lp = token_logps(self.model, b.input_ids.to(self.device), b.attention_mask.to(self.device), t).cpu()
                 out += [[0.0] + lp[j, : len(s.token_ids) - 1].tolist() for j, s in enumerate(chunk)]
         return out
+
+    def share(self, batch: GroupedBatch) -> list[Sample]:
+        """The samples of a step this replica trains (all of them in a single process)."""
+        trainable = self.trainable(batch.samples)
+        if self.world == 1:
+            return trainable
+        return shard_groups(trainable, self.rank, self.world, max_len=self.cfg.max_seq_len)
+
+    def freeze_old_logps(self, parts: list[GroupedBatch]) -> None:
+        """Record pi_old of every sample this replica will train in the phase, before any update."""
+        mine = [s for part in parts for s in self.share(part)]
+        self.old_logps = {(s.rollout_id, s.branch): lp for s, lp in zip(mine, self.logps(mine), strict=True)}
 
     def grpo_step(self, batch: GroupedBatch) -> dict[str, float]:
         """One optimizer step on the grouped samples; returns the step's metrics (see `appliance train`).
@@ -122,21 +146,29 @@ class PolicyTrainer:
         statistics are summed over the ranks before the (identical) optimizer step. See `distributed.py`.
         """
         cfg, t0 = self.cfg, time.perf_counter()
+        cut_tokens, cut_rollouts = truncation(batch.samples, cfg.max_seq_len)
+        turns = list(batch.turns.values())
         metrics: dict[str, float] = {
             "reward_mean": batch.reward_mean, "reward_std": batch.reward_std,
             "valid_groups": batch.valid_groups, "dropped_groups": batch.dropped_groups,
-            "zero_std_groups": batch.zero_std_groups, "infra_error_rate": batch.infra_error_rate,
-            "rollouts": batch.rollouts, "samples": len(batch.samples),
+            "zero_std_groups": batch.zero_std_groups, "groups_with_signal": batch.signal_groups,
+            "infra_error_rate": batch.infra_error_rate, "rollouts": batch.rollouts, "samples": len(batch.samples),
+            "truncated_tokens": cut_tokens, "truncated_rollouts": cut_rollouts,
+            "turns_mean": sum(turns) / len(turns) if turns else 0.0,
         }
         trainable = self.trainable(batch.samples)
+        if cfg.beta == 0.0 and not any(s.advantage for s in trainable):
+            trainable = []  # nothing to learn: no step, so the weights (and AdamW's state) stay as they are
         if not trainable:
-            metrics.update(loss=0.0, trained_tokens=0, step_time_s=time.perf_counter() - t0, tokens_per_s=0.0)
+            metrics.update(loss=0.0, trained_tokens=0, step_time_s=time.perf_counter() - t0, tokens_per_s=0.0,
+                           skipped_steps=1.0)
             return metrics
         norm = self.normaliser(trainable)
-        mine = trainable if self.world == 1 else shard_groups(trainable, self.rank, self.world, max_len=cfg.max_seq_len)
+        units = self.units(trainable)
+        mine = self.share(batch)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        partial = self.backward(mine, norm)
+        partial = self.backward(mine, norm, units)
         params = [p for p in self.model.parameters() if p.requires_grad]
         if self.world > 1:
             all_reduce_grads(params)
@@ -149,6 +181,8 @@ class PolicyTrainer:
             loss=partial["loss"], grad_norm=float(grad_norm), trained_tokens=norm.tokens, tokens=partial["tokens"],
             step_time_s=step_time, tokens_per_s=partial["tokens"] / step_time,
             logprob_gap_mean=partial["gap_sum"] / partial["gap_n"], logprob_gap_max=partial["gap_max"],
+            entropy=partial["entropy_sum"] / max(partial["gap_n"], 1),
+            response_tokens_mean=norm.tokens / norm.sequences, skipped_steps=0.0,
         )
         if partial["ratio_n"]:
             metrics.update(is_ratio_mean=partial["ratio_sum"] / partial["ratio_n"], is_ratio_min=partial["ratio_min"],
@@ -163,30 +197,47 @@ class PolicyTrainer:
         return [s for s in samples if any(s.mask[1: self.cfg.max_seq_len])]
 
     def normaliser(self, trainable: list[Sample]) -> Normaliser:
-        """The step's denominators, over every sample of the step, whichever rank trains it."""
-        return Normaliser(sequences=len(trainable), tokens=sum(sum(s.mask[1: self.cfg.max_seq_len]) for s in trainable),
+        """The step's denominators, over every sample of the step, whichever rank trains it; the unit is
+        the rollout (its branches count once)."""
+        return Normaliser(sequences=len({s.rollout_id for s in trainable}),
+                          tokens=sum(sum(s.mask[1: self.cfg.max_seq_len]) for s in trainable),
                           max_len=self.cfg.max_seq_len)
 
-    def backward(self, samples: list[Sample], norm: Normaliser) -> dict[str, Any]:
+    def units(self, trainable: list[Sample]) -> dict[str, int]:
+        """Trained tokens (within max_seq_len) of each rollout, over all its branches."""
+        out: dict[str, int] = {}
+        for s in trainable:
+            out[s.rollout_id] = out.get(s.rollout_id, 0) + sum(s.mask[1: self.cfg.max_seq_len])
+        return out
+
+    def backward(self, samples: list[Sample], norm: Normaliser, units: dict[str, int] | None = None) -> dict[str, Any]:
         """Forward and backward over `samples` in micro-batches (gradients accumulate); the statistics' sums."""
         cfg = self.cfg
+        units = units if units is not None else self.units(samples)
         out: dict[str, Any] = {"loss": 0.0, "tokens": 0, "gap_sum": 0.0, "gap_n": 0, "gap_max": -math.inf,
                                "ratio_sum": 0.0, "ratio_n": 0, "ratio_min": math.inf, "ratio_max": -math.inf,
-                               "clipped": 0, "extra": {}, "extra_n": 0}
+                               "clipped": 0, "extra": {}, "extra_n": 0, "entropy_sum": 0.0}
         for i in range(0, len(samples), cfg.micro_batch_size):
-            b = self.pack(samples[i: i + cfg.micro_batch_size])
+            chunk = samples[i: i + cfg.micro_batch_size]
+            b = self.pack(chunk, units=units)
             start = first_trained_position(b.mask)
             ids, attn = b.input_ids.to(self.device), b.attention_mask.to(self.device)
             mask, eng = b.mask[:, start:].to(self.device), b.engine_logps[:, start:].to(self.device)
             adv = b.advantages.to(self.device)
-            logps = token_logps(self.model, ids, attn, start=start)
-            old = logps.detach()
-            ref = self._ref_logps(ids, attn, start) if cfg.beta != 0.0 else None
+            entropy: list[float] = []
+            logps = token_logps(self.model, ids, attn, b.temperatures, start=start, entropy=entropy, entropy_mask=mask)
+            frozen = [self.old_logps.get((s.rollout_id, s.branch)) for s in chunk]
+            if all(f is not None for f in frozen):  # pi_old of the phase (see freeze_old_logps)
+                old = self.pack(chunk, logprobs=frozen).engine_logps[:, start:].to(self.device)
+            else:  # not frozen (a step outside a phase): pi_old is the policy now, ratio 1
+                old = logps.detach()
+            ref = self._ref_logps(ids, attn, start, b.temperatures) if cfg.beta != 0.0 else None
             is_ratio, is_stats = (engine_is_ratio(old, eng, mask, cfg) if cfg.is_mode != "none" else (None, None))
-            loss, stats = policy_loss(logps, old, ref, is_ratio, mask, adv, cfg, norm)
+            loss, stats = policy_loss(logps, old, ref, is_ratio, mask, adv, cfg, norm, b.units)
             loss.backward()
             out["loss"] += float(loss.detach())
             out["tokens"] += int(attn.sum())
+            out["entropy_sum"] += entropy[0]
             gap = (old - eng).abs()[mask > 0]
             if gap.numel():
                 out["gap_sum"] += float(gap.sum())
@@ -207,12 +258,14 @@ class PolicyTrainer:
             out["extra_n"] += n
         return out
 
-    def _ref_logps(self, ids: torch.Tensor, attn: torch.Tensor, start: int) -> torch.Tensor:
+    def _ref_logps(self, ids: torch.Tensor, attn: torch.Tensor, start: int,
+                   temperature: torch.Tensor | None) -> torch.Tensor:
+        t = 1.0 if temperature is None else temperature
         with torch.no_grad():
             if self.ref_model is not None:
-                return token_logps(self.ref_model, ids, attn, start=start)
+                return token_logps(self.ref_model, ids, attn, t, start=start)
             with self.model.disable_adapter():
-                return token_logps(self.model, ids, attn, start=start)
+                return token_logps(self.model, ids, attn, t, start=start)
 
     # --- checkpoints ------------------------------------------------------------------------------
     def save(self, dest: Path) -> str:
@@ -235,7 +288,7 @@ def _combine(partials: list[dict[str, Any]]) -> dict[str, Any]:
     out = dict(partials[0])
     out["extra"] = dict(out["extra"])
     for p in partials[1:]:
-        for key in ("loss", "tokens", "gap_sum", "gap_n", "ratio_sum", "ratio_n", "clipped", "extra_n"):
+        for key in ("loss", "tokens", "gap_sum", "gap_n", "ratio_sum", "ratio_n", "clipped", "extra_n", "entropy_sum"):
             out[key] += p[key]
         out["gap_max"] = max(out["gap_max"], p["gap_max"])
         out["ratio_max"] = max(out["ratio_max"], p["ratio_max"])

@@ -127,3 +127,17 @@ def test_a_sandbox_swept_by_the_shutdown_is_no_outcome(practice: Practice) -> No
     with pytest.raises(Interrupted):
         run_rollout(practice, HELLO, rollout)
     assert practice.store.get_rollout(rollout.id).status == RolloutStatus.PENDING
+
+
+def test_an_engine_error_row_makes_the_rollout_an_infra_error(practice: Practice) -> None:
+    """The harness carried on after the engine failed one call: the episode is not the policy's."""
+    from appliance.schemas import ModelCall
+
+    policy = ScriptedPolicy(["```bash\necho hi > hello.txt\n```", "DONE"])
+    practice.client_transport = policy.transport
+    rollout = new_rollout(practice.store, harness="builtin", policy_version=0, group_id="g")
+    practice.store.add_model_call(ModelCall(None, rollout.id, -1, "error", {}, None, [1, 2], [], [], 0, 0.1,
+                                            "engine answered 500: the engine died"))
+    r = run_rollout(practice, HELLO, rollout).rollout
+    assert r.outcome == Outcome.INFRA_ERROR and "the engine failed 1 model call" in r.error, r.error
+    assert practice.store.samples(r.id) == []

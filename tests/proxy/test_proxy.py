@@ -81,6 +81,14 @@ def test_openai_chat_non_streaming(route: Route, engine: Engine) -> None:
     assert_exact(call, engine)
     assert len(call.completion_ids) == resp.usage.completion_tokens
     assert call.response["choices"][0]["message"]["content"] == resp.choices[0].message.content
+    assert call.temperature == 1.0  # none asked: the engine's default (--generation-config vllm)
+
+
+def test_the_sampling_temperature_is_recorded_with_the_call(route: Route, engine: Engine) -> None:
+    oai(route).chat.completions.create(model="x", messages=MESSAGES, max_tokens=4, temperature=0.7)
+    call = only_call(route)
+    assert_exact(call, engine)
+    assert call.temperature == 0.7
 
 
 def test_openai_chat_streaming(route: Route, engine: Engine) -> None:

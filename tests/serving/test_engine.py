@@ -22,6 +22,7 @@ def test_launch_command_and_environment(settings) -> None:
         assert flag in cmd
     assert cmd[cmd.index("--dtype") + 1] == "float32"
     assert cmd[cmd.index("--host") + 1] == "127.0.0.1"
+    assert cmd[cmd.index("--logprobs-mode") + 1] == "processed_logprobs"  # the sampling distribution's logprobs
     assert "--enable-sleep-mode" not in cmd  # refuses to start on the CPU
     env = environment(settings)
     assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["HF_HUB_OFFLINE"] == "1"

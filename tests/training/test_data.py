@@ -46,3 +46,29 @@ def test_train_without_practice_says_what_to_do(store, settings):
     with pytest.raises(ApplianceError, match="no finished practice rollouts of policy version 0") as e:
         train_on_practice(store, settings, FakeEngine(), run_id="run")
     assert "practise first" in e.value.hint
+
+
+def test_the_loops_train_phase_rebuilds_samples_a_crash_lost(store, settings, monkeypatch):
+    """A rollout finished by an older version (or killed between finish and samples) still trains."""
+    import threading
+    from types import SimpleNamespace
+
+    from appliance import loop as loop_module
+
+    seen = {}
+
+    def fake_learn(store, settings, engine, rollouts, samples, **kw):
+        seen["samples"] = [(s.rollout_id, s.mask) for s in samples]
+        return SimpleNamespace(policy_version=0, timings={}, steps=[])
+
+    monkeypatch.setattr(loop_module, "learn", fake_learn)
+    engine = FakeEngine()
+    engine.base_url = "http://unused"
+    loop = loop_module.Loop(settings, store, engine, SimpleNamespace(stopping=threading.Event()), log=lambda m: None)
+    store.add_rollout(Rollout("a", loop.run.id, None, "g", 1, "builtin", 0, RolloutStatus.PENDING))
+    store.add_model_call(ModelCall(None, "a", -1, "ok", {}, {}, [1, 2], [3, 4], [-0.5, -0.25], 0, 0.1))
+    store.start_rollout("a")
+    store.finish_rollout("a", Outcome.SUCCESS, 1.0)  # and the process died before the samples were written
+    loop.phase_train(1)
+    assert seen["samples"] == [("a", [0, 0, 1, 1])]
+    assert store.samples("a")

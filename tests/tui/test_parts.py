@@ -62,3 +62,14 @@ def test_the_bundled_tokenizer_decodes_token_by_token(tmp_path) -> None:
     ids = AutoTokenizer.from_pretrained(str(model))("echo hello > out.txt")["input_ids"]
     assert "".join(decode(ids)) == "echo hello > out.txt"
     assert tokenizer_decoder(tmp_path) is None  # a folder without a tokenizer: ids are shown
+
+
+def test_the_overview_shows_the_last_steps_signal(store) -> None:
+    from appliance.tui.overview import learning_line
+
+    assert "no data yet" in learning_line(store, "run")
+    store.add_metrics("run", 1, {"groups_with_signal": 3, "valid_groups": 8, "clip_ratio": 0.04,
+                                 "logprob_gap_mean": 0.0012, "entropy": 1.25, "truncated_tokens": 17})
+    line = learning_line(store, "run")
+    assert "signal [b]3[/b]/8 groups" in line and "clip 0.04" in line and "IS gap 0.001" in line
+    assert "entropy 1.25" in line and "cut 17 tok" in line
