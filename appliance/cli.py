@@ -258,6 +258,7 @@ def report(ctx: click.Context, iteration: int | None, run_id: str | None, as_jso
 @friendly_errors
 def run(ctx: click.Context, iterations: int | None, headless: bool) -> None:
     """Run the loop: synthesize, validate, practise, learn, evaluate, diagnose; resumes an unfinished run."""
+    from appliance.lineage import start_label
     from appliance.loop import learning_curve, run_appliance
     from appliance.store import Store
 
@@ -269,7 +270,7 @@ def run(ctx: click.Context, iterations: int | None, headless: bool) -> None:
     click.echo(f"run {run_id}: {store.get_run(run_id).status}")
     click.echo("held-out learning curve (iteration: pass@1):")
     for it, p, n in learning_curve(store, run_id):
-        click.echo(f"  {it}: {p:.1%} of {n}" + ("  (base model)" if it == 0 else ""))
+        click.echo(f"  {it}: {p:.1%} of {n}" + (f"  ({start_label(store, run_id)})" if it == 0 else ""))
 
 
 @main.command()
@@ -289,6 +290,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
         for it in d["iterations"]:
             click.echo(f"  iteration {it['index']}: {it['phase']} {it['status']}")
         click.echo(f"engine: {d['engine']['state']} (policy version {d['engine']['policy_version']})")
+        click.echo(d["model"]["line"])
         click.echo("rows: " + ", ".join(f"{k} {v}" for k, v in d["counts"].items()))
 
     emit(data, as_json, human)

@@ -223,13 +223,12 @@ def chain(store: Store, version: int, lineage_id: int | None = None) -> list[dic
 def describe_version(store: Store, version: int, lineage_id: int | None = None) -> str:
     """"base model (NAME)" for version 0, else "v3, from run R iteration I" (or how it was loaded)."""
     lineage = store.get_lineage(lineage_id) if lineage_id is not None else store.current_lineage()
-    name = lineage["base_name"] if lineage else "not recorded yet"
     if version == 0:
-        return f"base model ({name})"
+        return f"base model ({lineage['base_name']})" if lineage else "base model"
     try:
         row = version_row(store, version, lineage["id"] if lineage else None)
     except NotFoundError:
-        return f"v{version} (not in the lineage of {name})"
+        return f"v{version}" + (f" (not in the lineage of {lineage['base_name']})" if lineage else "")
     if row.get("run_id"):
         return f"v{version}, from run {row['run_id']} iteration {row['iteration']}"
     return f"v{version} ({row['kind']} weights loaded from {row['weights']})"
@@ -260,6 +259,12 @@ def served(store: Store) -> dict[str, Any]:
         "describe": describe_version(store, version) if lineage else f"v{version} (no base recorded yet)",
         "chain": [r["version"] for r in chain(store, version)] if lineage else [],
     }
+
+
+def served_short(store: Store) -> str:
+    """"SmolLM2-135M-Instruct v3, lineage 1" (empty before a base is recorded): for tight headers."""
+    lineage, version = store.current_lineage(), store.engine_state()[1]
+    return f"{lineage['base_name']} v{version}, lineage {lineage['id']}" if lineage else ""
 
 
 def served_line(store: Store) -> str:

@@ -175,3 +175,22 @@ def test_wilson_interval() -> None:
     assert lo == 0.0 and 0.25 < hi < 0.35
     lo, hi = wilson_interval(5, 10)
     assert lo < 0.5 < hi and abs((lo + hi) / 2 - 0.5) < 1e-9
+
+
+def test_reports_and_status_name_the_model(settings, store, tmp_path: Path) -> None:
+    from appliance.diagnosis import build_report
+    from appliance.status import read_status
+
+    settings.engine.model = fake_model(tmp_path / "Base", 0)
+    check_base(store, settings.model_path)
+    first = store.create_run("run-1", {})
+    serve_version(store, 1, "/ck/v1", first.id, 1, 0)
+    second = store.create_run("run-2", {})
+    store.start_iteration(second.id, 0, 1)
+    store.set_eval(second.id, 0, 1, "files", 1, 4, 2)
+    report, markdown = build_report(store, second.id, 0)
+    assert report["model"]["start"] == "v1, from run run-1 iteration 1" and report["model"]["base"] == "Base"
+    assert "**Model:** v1, from run run-1 iteration 1 · base Base (lineage 1" in markdown
+    status = read_status(settings)
+    assert status["model"]["base"] == "Base" and status["model"]["policy_version"] == 1
+    assert status["model"]["chain"] == [1, 0] and "lineage 1 (v1 <- base)" in status["model"]["line"]
