@@ -277,6 +277,12 @@ def served_line(store: Store) -> str:
     return f"model: {s['base']} · {s['describe']}{adapter} · lineage {s['lineage']} ({path})"
 
 
+def show(store: Store) -> dict[str, Any]:
+    """`appliance model show`: what is served, and every lineage with its versions."""
+    return {"served": served(store), "line": served_line(store),
+            "lineages": [{**lin, "versions": versions(store, lin["id"])} for lin in store.lineages()]}
+
+
 # --- held-out results with intervals (for reports and the model card) -----------------------------------
 def wilson_interval(passed: int, n: int, z: float = 1.96) -> tuple[float, float]:
     """95 % Wilson score interval of a pass rate (sensible at 0/n and n/n, unlike the normal one)."""
