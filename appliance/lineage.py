@@ -97,10 +97,11 @@ def _mismatch(configured: Path, recorded: str, recorded_name: str, settings_home
 
 
 def check_base(store: Store, model_path: Path, *, checkpoints_dir: Path | None = None,
-               home: Path | None = None) -> dict[str, Any]:
+               home: Path | None = None, record: bool = True) -> dict[str, Any] | None:
     """Called at every engine start: the configured model is the recorded base, or `ModelMismatch`.
 
-    The first start records the base (and gives it what the store holds from before lineages existed)."""
+    The first start records the base (and gives it what the store holds from before lineages existed);
+    `record=False` (the doctor) only checks, writes nothing, and returns None where it would record."""
     configured = Path(model_path).expanduser().resolve()
     current = store.current_lineage()
     if current is None:
@@ -111,6 +112,8 @@ def check_base(store: Store, model_path: Path, *, checkpoints_dir: Path | None =
                              and served.is_relative_to(Path(checkpoints_dir).resolve()))
         if served is not None and served != configured and not under_checkpoints:
             raise _mismatch(configured, str(served), served.name, home)
+        if not record:
+            return None
         lineage_id = store.start_lineage(model_identity(configured), "first start", adopt_unassigned=True)
         return store.get_lineage(lineage_id)
     if str(configured) == current["base_path"] and _stats_match(current["files"], configured):
@@ -118,6 +121,8 @@ def check_base(store: Store, model_path: Path, *, checkpoints_dir: Path | None =
     identity = model_identity(configured)
     if identity["content_hash"] != current["content_hash"]:
         raise _mismatch(configured, current["base_path"], current["base_name"], home)
+    if not record:
+        return current
     store.update_lineage_files(current["id"], identity["path"], identity["files"])  # moved or touched
     return store.get_lineage(current["id"])
 

@@ -194,3 +194,15 @@ def test_reports_and_status_name_the_model(settings, store, tmp_path: Path) -> N
     status = read_status(settings)
     assert status["model"]["base"] == "Base" and status["model"]["policy_version"] == 1
     assert status["model"]["chain"] == [1, 0] and "lineage 1 (v1 <- base)" in status["model"]["line"]
+
+
+def test_doctor_reports_a_model_that_is_not_the_base(settings, store, tmp_path: Path) -> None:
+    from appliance.doctor import check_model_identity
+
+    settings.engine.model = fake_model(tmp_path / "a", 0)
+    assert check_model_identity(settings).ok and store.current_lineage() is None  # read-only: records nothing
+    check_base(store, settings.model_path)
+    assert "is this data directory's base" in check_model_identity(settings).detail
+    settings.engine.model = fake_model(tmp_path / "b", 1)
+    check = check_model_identity(settings)
+    assert not check.ok and "appliance model use" in check.hint
