@@ -279,7 +279,8 @@ def served_line(store: Store) -> str:
         return f"model: v{s['policy_version']} (base not recorded yet: the engine has not started here)"
     path = " <- ".join("base" if v == 0 else f"v{v}" for v in s["chain"]) or f"v{s['policy_version']}"
     adapter = f" · adapter {Path(s['adapter']).name}" if s["adapter"] else ""
-    return f"model: {s['base']} · {s['describe']}{adapter} · lineage {s['lineage']} ({path})"
+    what = s["describe"] if s["policy_version"] else "base model"
+    return f"model: {s['base']} · {what}{adapter} · lineage {s['lineage']} ({path})"
 
 
 def show(store: Store) -> dict[str, Any]:
