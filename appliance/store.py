@@ -864,6 +864,12 @@ class Store:
             " AND policy_version = v.version) WHERE v.lineage_id = ? ORDER BY v.version", (lineage_id,))
         return [{**dict(r), "metrics": json.loads(r["metrics"] or "{}")} for r in rows]
 
+    def checkpoint_of_version(self, version: int) -> Checkpoint | None:
+        """The checkpoint that made `version` in the engine's current lineage (None for the base)."""
+        row = self._one("SELECT * FROM checkpoints WHERE policy_version = ? AND lineage_id IS (SELECT lineage_id"
+                        " FROM engine WHERE id = 1) ORDER BY id DESC LIMIT 1", version)
+        return _checkpoint(row) if row else None
+
     def run_lineage(self, run_id: str) -> int | None:
         row = self._one("SELECT lineage_id FROM runs WHERE id = ?", run_id)
         return row["lineage_id"] if row else None
