@@ -259,6 +259,7 @@ def report(ctx: click.Context, iteration: int | None, run_id: str | None, as_jso
 def run(ctx: click.Context, iterations: int | None, headless: bool) -> None:
     """Run the loop: synthesize, validate, practise, learn, evaluate, diagnose; resumes an unfinished run."""
     from appliance.app import run_appliance
+    from appliance.lineage import start_label
     from appliance.loop import learning_curve
     from appliance.store import Store
 
@@ -270,7 +271,7 @@ def run(ctx: click.Context, iterations: int | None, headless: bool) -> None:
     click.echo(f"run {run_id}: {store.get_run(run_id).status}")
     click.echo("held-out learning curve (iteration: pass@1):")
     for it, p, n in learning_curve(store, run_id):
-        click.echo(f"  {it}: {p:.1%} of {n}" + ("  (base model)" if it == 0 else ""))
+        click.echo(f"  {it}: {p:.1%} of {n}" + (f"  ({start_label(store, run_id)})" if it == 0 else ""))
 
 
 @main.command()
@@ -290,6 +291,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
         for it in d["iterations"]:
             click.echo(f"  iteration {it['index']}: {it['phase']} {it['status']}")
         click.echo(f"engine: {d['engine']['state']} (policy version {d['engine']['policy_version']})")
+        click.echo(d["model"]["line"])
         click.echo("rows: " + ", ".join(f"{k} {v}" for k, v in d["counts"].items()))
 
     emit(data, as_json, human)
@@ -574,6 +576,67 @@ def tasks_validate(ctx: click.Context, path: Path, as_json: bool) -> None:
 
     emit(result.as_dict(), as_json, human)
     sys.exit(0 if result.ok else 1)
+
+
+@main.group()
+def model() -> None:
+    """The model this data directory belongs to: show its lineage, or switch to another base."""
+
+
+@model.command("show")
+@click.option("--json", "as_json", is_flag=True, help="Print what is served and every lineage with its versions as JSON.")
+@click.pass_context
+@friendly_errors
+def model_show(ctx: click.Context, as_json: bool) -> None:
+    """What is served (base, version, adapter) and each lineage's policy versions with how they were made."""
+    from appliance.lineage import show
+    from appliance.store import Store
+
+    data = show(Store(settings_of(ctx).db_path))
+
+    def human(d: dict[str, Any]) -> None:
+        click.echo(d["line"])
+        for lin in d["lineages"]:
+            click.echo(f"lineage {lin['id']}: {lin['base_name']} at {lin['base_path']} ({lin['reason']})")
+            for v in lin["versions"]:
+                click.echo(f"  {'base' if v['version'] == 0 else 'v' + str(v['version'])}: {v['made_by']}")
+
+    emit(data, as_json, human)
+
+
+@model.command("use")
+@click.argument("path", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.pass_context
+@friendly_errors
+def model_use(ctx: click.Context, path: Path | None) -> None:
+    """Make PATH (default: the configured engine.model) the base of a new lineage in this data directory.
+
+    Policy versions count from 0 again on it; the old lineage's runs, reports and checkpoints are kept.
+    """
+    from appliance.lineage import use_model
+    from appliance.store import Store
+
+    lin = use_model(settings_of(ctx), Store(settings_of(ctx).db_path), path)
+    click.echo(f"lineage {lin['id']}: {lin['base_name']} at {lin['base_path']}; the next start serves it as version 0")
+
+
+@main.command("export")
+@click.argument("dest", type=click.Path(path_type=Path))
+@click.option("--version", "version", type=click.IntRange(0), default=None,
+              help="Policy version to export (default: the one the engine serves).")
+@click.option("--adapter", is_flag=True, help="Write the peft adapter alone instead of the merged model.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+@friendly_errors
+def export_cmd(ctx: click.Context, dest: Path, version: int | None, adapter: bool, as_json: bool) -> None:
+    """Write a policy version to DEST as a Hugging Face folder with a model card (LoRA merged by default)."""
+    from appliance.store import Store
+    from appliance.training.export import export_version
+
+    result = export_version(Store(settings_of(ctx).db_path), dest, version=version, adapter=adapter)
+    data = {"dest": str(result.dest), "version": result.version, "kind": result.kind, "bytes": result.bytes}
+    emit(data, as_json, lambda d: click.echo(f"exported version {d['version']} ({d['kind']}, "
+                                             f"{d['bytes'] / 2**20:.1f} MiB) to {d['dest']}; model card: README.md"))
 
 
 if __name__ == "__main__":

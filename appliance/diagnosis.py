@@ -14,6 +14,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from appliance.lineage import describe_version, start_label
 from appliance.schemas import Outcome, Rollout, TaskStatus
 from appliance.store import Store
 
@@ -105,8 +106,19 @@ def build_report(store: Store, run_id: str, iteration: int,
         "family_pass_rate": family_rates,
         "weak_families": weak,
     }
+    report["model"] = _model(store, run_id, report["policy_version"])
     report["analysis"] = _analysis(report, generate_text)
     return report, render_markdown(report)
+
+
+def _model(store: Store, run_id: str, version: int | None) -> dict[str, Any]:
+    """Which model the report is about: the base of the run's lineage and the version evaluated."""
+    lineage_id = store.run_lineage(run_id)
+    lineage = store.get_lineage(lineage_id) if lineage_id is not None else None
+    return {"base": lineage["base_name"] if lineage else None, "lineage": lineage_id,
+            "base_hash": lineage["content_hash"][:12] if lineage else None,
+            "policy_version": version, "start": start_label(store, run_id),
+            "describe": describe_version(store, version, lineage_id) if version is not None else "not evaluated"}
 
 
 def _analysis(report: dict[str, Any], generate_text: Callable[[str], str] | None) -> str:
@@ -124,6 +136,10 @@ def _analysis(report: dict[str, Any], generate_text: Callable[[str], str] | None
 
 def render_markdown(report: dict[str, Any]) -> str:
     lines = [f"# Capability report — iteration {report['iteration']}", ""]
+    model = report.get("model")
+    if model:  # reports saved before lineages were recorded have no model block
+        base = f"{model['base']} (lineage {model['lineage']}, {model['base_hash']})" if model["base"] else "not recorded"
+        lines += [f"**Model:** {model['describe']} · base {base} · the run started from {model['start']}  "]
     p = report["heldout_pass_at_1"]
     lines.append(f"**Held-out pass@1:** {'n/a' if p is None else f'{p:.1%}'}  ")
     lines.append("**Trend:** " + (" → ".join(f"{t['pass_at_1']:.1%}" for t in report["trend"]) or "n/a") + "  ")

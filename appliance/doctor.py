@@ -117,6 +117,27 @@ def check_model(settings: Settings) -> Check:
     return Check("model", True, f"{folder.name} ({config.get('model_type')}, {size:.0f} MB)")
 
 
+def check_model_identity(settings: Settings) -> Check:
+    """The configured model is the base this data directory's versions were trained from (read-only)."""
+    from appliance.errors import ApplianceError
+    from appliance.lineage import check_base
+    from appliance.store import Store
+
+    if not settings.db_path.exists() or not (settings.model_path / "config.json").exists():
+        return Check("model identity", True, "no base recorded yet (the first start records it)")
+    store = Store(settings.db_path)
+    try:
+        current = check_base(store, settings.model_path, checkpoints_dir=settings.checkpoints_dir,
+                             home=settings.home, record=False)
+    except ApplianceError as e:
+        return Check("model identity", False, e.message, e.hint)
+    finally:
+        store.close()
+    if current is None:
+        return Check("model identity", True, "no base recorded yet (the first start records it)")
+    return Check("model identity", True, f"{current['base_name']} is this data directory's base (lineage {current['id']})")
+
+
 def check_vllm(settings: Settings) -> Check:
     name = "vllm"
     if importlib.util.find_spec(name) is None:
@@ -174,6 +195,7 @@ def check_gpus(settings: Settings) -> Check:
 
 CHECKS: list[Callable[[Settings], Check]] = [
     check_data_dir, check_store, check_resources, check_shared_memory, check_podman, check_image, check_model,
+    check_model_identity,
     check_vllm, check_gpus, check_isolation,
 ]
 

@@ -81,7 +81,9 @@ class Loop:
     def ensure_run(self) -> Run:
         """Continue the latest unfinished run, or start a new one with its held-out set fixed."""
         run = self.store.latest_run()
-        if run is None or run.status == RunStatus.DONE:
+        lineage = self.store.current_lineage()
+        other_lineage = run is not None and lineage is not None and self.store.run_lineage(run.id) != lineage["id"]
+        if run is None or run.status == RunStatus.DONE or other_lineage:  # a run never spans two base models
             run_id = "run-" + dt.datetime.now().strftime("%Y%m%d-%H%M%S")
             run = self.store.create_run(run_id, {"profile": self.settings.profile,
                                                  "iterations": self.settings.loop.iterations})

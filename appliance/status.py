@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from appliance.config import Settings
+from appliance.lineage import served, served_line
 from appliance.store import Store
 
 
@@ -20,5 +21,6 @@ def read_status(settings: Settings) -> dict[str, Any]:
             for it in (store.iterations(run.id) if run else [])
         ],
         "engine": {"state": str(state), "policy_version": version, "weights": weights},
+        "model": {**served(store), "line": served_line(store)},
         "counts": store.counts(),
     }

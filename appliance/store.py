@@ -178,6 +178,34 @@ def m005_sampling_temperature(db: sqlite_utils.Database) -> None:
     )
 
 
+@migrations()
+def m006_lineage(db: sqlite_utils.Database) -> None:
+    # The model's identity. A lineage is one base model (its content hash is the identity; the path is
+    # where it was seen) and the policy versions trained from it: version 0 is the base, every later
+    # version names its parent, its weights and the run and iteration that made it. The engine row, each
+    # run and each checkpoint carry the lineage they belong to (filled from the engine row on insert), so
+    # after `appliance model use` the old lineage's history stays and is never mixed with the new one.
+    db.executescript(
+        """
+        CREATE TABLE lineages (
+            id INTEGER PRIMARY KEY, base_path TEXT NOT NULL, base_name TEXT NOT NULL, model_type TEXT,
+            parameters INTEGER, content_hash TEXT NOT NULL, files TEXT NOT NULL, reason TEXT NOT NULL,
+            created_at REAL NOT NULL);
+        CREATE TABLE policy_versions (
+            lineage_id INTEGER NOT NULL REFERENCES lineages(id), version INTEGER NOT NULL,
+            parent_version INTEGER, kind TEXT NOT NULL, weights TEXT NOT NULL, created_at REAL NOT NULL,
+            PRIMARY KEY (lineage_id, version));
+        ALTER TABLE engine ADD COLUMN lineage_id INTEGER;
+        ALTER TABLE runs ADD COLUMN lineage_id INTEGER;
+        ALTER TABLE checkpoints ADD COLUMN lineage_id INTEGER;
+        CREATE TRIGGER runs_lineage AFTER INSERT ON runs WHEN NEW.lineage_id IS NULL
+        BEGIN UPDATE runs SET lineage_id = (SELECT lineage_id FROM engine WHERE id = 1) WHERE id = NEW.id; END;
+        CREATE TRIGGER checkpoints_lineage AFTER INSERT ON checkpoints WHEN NEW.lineage_id IS NULL
+        BEGIN UPDATE checkpoints SET lineage_id = (SELECT lineage_id FROM engine WHERE id = 1) WHERE id = NEW.id; END;
+        """
+    )
+
+
 def pack_ints(values: list[int]) -> bytes:
     return array("i", values).tobytes()
 
@@ -796,6 +824,103 @@ class Store:
         return [r[0] for r in self.conn.execute("SELECT iteration FROM reports WHERE run_id = ? ORDER BY iteration",
                                                 (run_id,))]
 
+    # --- lineage: the base model and the policy versions trained from it (see appliance.lineage) -------
+    def current_lineage(self) -> dict[str, Any] | None:
+        """The lineage the engine serves from (None before the first start recorded a base)."""
+        row = self._one("SELECT l.* FROM lineages l JOIN engine e ON e.lineage_id = l.id WHERE e.id = 1")
+        return _lineage(row) if row else None
+
+    def lineages(self) -> list[dict[str, Any]]:
+        return [_lineage(r) for r in self.conn.execute("SELECT * FROM lineages ORDER BY id")]
+
+    def get_lineage(self, lineage_id: int) -> dict[str, Any]:
+        row = self._one("SELECT * FROM lineages WHERE id = ?", lineage_id)
+        if row is None:
+            raise NotFoundError(f"no lineage {lineage_id}", "`appliance model show` lists the lineages")
+        return _lineage(row)
+
+    def start_lineage(self, identity: dict[str, Any], reason: str, *, adopt_unassigned: bool = False) -> int:
+        """Record a base model as a new lineage and serve from it: the engine row goes back to policy
+        version 0 on the base (its weights forgotten). `adopt_unassigned` gives runs and checkpoints that
+        predate lineages (NULL) to it: a store used before lineages were recorded."""
+        t = now()
+        with self.write() as c:
+            cur = c.execute(
+                "INSERT INTO lineages (base_path, base_name, model_type, parameters, content_hash, files, reason,"
+                " created_at) VALUES (?,?,?,?,?,?,?,?)",
+                (identity["path"], identity["name"], identity.get("model_type"), identity.get("parameters"),
+                 identity["content_hash"], _json(identity.get("files", {})), reason, t))
+            lineage_id = cur.lastrowid
+            c.execute("INSERT INTO policy_versions (lineage_id, version, parent_version, kind, weights, created_at)"
+                      " VALUES (?, 0, NULL, 'base', ?, ?)", (lineage_id, identity["path"], t))
+            if adopt_unassigned:
+                c.execute("UPDATE runs SET lineage_id = ? WHERE lineage_id IS NULL", (lineage_id,))
+                c.execute("UPDATE checkpoints SET lineage_id = ? WHERE lineage_id IS NULL", (lineage_id,))
+                c.execute("UPDATE engine SET lineage_id = ? WHERE id = 1", (lineage_id,))
+            else:
+                c.execute("UPDATE engine SET lineage_id = ?, policy_version = 0, weights = NULL WHERE id = 1",
+                          (lineage_id,))
+            c.execute("INSERT INTO events (run_id, kind, message, data, created_at) VALUES (?,?,?,?,?)",
+                      (None, "lineage", f"lineage {lineage_id}: {identity['name']} ({reason})",
+                       _json({"lineage_id": lineage_id, "path": identity["path"]}), t))
+        return lineage_id
+
+    def update_lineage_files(self, lineage_id: int, path: str, files: dict[str, Any]) -> None:
+        """The same base seen at another path or with new file times (content unchanged)."""
+        with self.write() as c:
+            c.execute("UPDATE lineages SET base_path = ?, files = ? WHERE id = ?", (path, _json(files), lineage_id))
+
+    def add_policy_version(self, version: int, parent_version: int | None, kind: str, weights: str) -> None:
+        """A version the engine now serves, in the current lineage (idempotent: a re-sync replaces it)."""
+        with self.write() as c:
+            c.execute(
+                "INSERT INTO policy_versions (lineage_id, version, parent_version, kind, weights, created_at)"
+                " SELECT lineage_id, ?, ?, ?, ?, ? FROM engine WHERE id = 1 AND lineage_id IS NOT NULL"
+                " ON CONFLICT (lineage_id, version) DO UPDATE SET parent_version = excluded.parent_version,"
+                " kind = excluded.kind, weights = excluded.weights",
+                (version, parent_version, kind, weights, now()))
+
+    def policy_versions(self, lineage_id: int) -> list[dict[str, Any]]:
+        """The versions of a lineage, oldest first, each with the checkpoint (run, iteration, metrics) that made it."""
+        rows = self.conn.execute(
+            "SELECT v.*, c.run_id, c.iteration, c.path AS checkpoint_path, c.metrics FROM policy_versions v"
+            " LEFT JOIN checkpoints c ON c.id = (SELECT MAX(id) FROM checkpoints WHERE lineage_id = v.lineage_id"
+            " AND policy_version = v.version) WHERE v.lineage_id = ? ORDER BY v.version", (lineage_id,))
+        return [{**dict(r), "metrics": json.loads(r["metrics"] or "{}")} for r in rows]
+
+    def checkpoint_of_version(self, version: int) -> Checkpoint | None:
+        """The checkpoint that made `version` in the engine's current lineage (None for the base)."""
+        row = self._one("SELECT * FROM checkpoints WHERE policy_version = ? AND lineage_id IS (SELECT lineage_id"
+                        " FROM engine WHERE id = 1) ORDER BY id DESC LIMIT 1", version)
+        return _checkpoint(row) if row else None
+
+    def run_lineage(self, run_id: str) -> int | None:
+        row = self._one("SELECT lineage_id FROM runs WHERE id = ?", run_id)
+        return row["lineage_id"] if row else None
+
+    def version_evals(self, lineage_id: int, version: int) -> list[dict[str, Any]]:
+        """Held-out cells measured on one policy version of a lineage (every run and iteration that did)."""
+        rows = self.conn.execute(
+            "SELECT e.run_id, e.iteration, e.family, e.difficulty, e.n, e.passed FROM evals e JOIN runs r"
+            " ON r.id = e.run_id WHERE r.lineage_id = ? AND e.policy_version = ? ORDER BY e.run_id, e.iteration,"
+            " e.family, e.difficulty", (lineage_id, version))
+        return [dict(r) for r in rows]
+
+    def step_metric_names(self, run_id: str, first_step: int, last_step: int) -> dict[str, int]:
+        """How many optimizer steps in (first_step, last_step] recorded each metric name."""
+        rows = self.conn.execute("SELECT name, COUNT(DISTINCT step) FROM metrics WHERE run_id = ? AND step > ?"
+                                 " AND step <= ? GROUP BY name", (run_id, first_step, last_step))
+        return {r[0]: r[1] for r in rows}
+
+    def move_checkpoint_paths(self, lineage_id: int, old_prefix: str, new_prefix: str) -> None:
+        """Checkpoint folders of a lineage moved (archived by `appliance model use`): rewrite their paths."""
+        n = len(old_prefix)
+        with self.write() as c:
+            c.execute("UPDATE checkpoints SET path = ? || substr(path, ?) WHERE lineage_id = ? AND substr(path, 1, ?) = ?",
+                      (new_prefix, n + 1, lineage_id, n, old_prefix))
+            c.execute("UPDATE policy_versions SET weights = ? || substr(weights, ?) WHERE lineage_id = ?"
+                      " AND substr(weights, 1, ?) = ?", (new_prefix, n + 1, lineage_id, n, old_prefix))
+
     def counts(self) -> dict[str, int]:
         """Rows per table: what `appliance status` and doctor show."""
         tables = ["runs", "iterations", "tasks", "rollouts", "model_calls", "samples", "events"]
@@ -839,3 +964,7 @@ def _event(r: sqlite3.Row) -> Event:
 def _control(r: sqlite3.Row) -> Control:
     return Control(r["id"], r["run_id"], ControlCommand(r["command"]), ControlStatus(r["status"]), r["result"],
                    r["created_at"], r["acked_at"])
+
+
+def _lineage(r: sqlite3.Row) -> dict[str, Any]:
+    return {**dict(r), "files": json.loads(r["files"] or "{}")}

@@ -39,6 +39,7 @@ import httpx
 
 from appliance.config import Settings
 from appliance.errors import ApplianceError, EngineError
+from appliance.lineage import check_base
 from appliance.schemas import EngineState, Event
 from appliance.serving import process
 from appliance.store import Store
@@ -124,7 +125,14 @@ class Engine:
             raise EngineError(f"no model folder at {self.model_path}",
                               "run `appliance init` to convert the bundled model, or set engine.model")
         with self._op:
+            # the configured model must be the base the store's versions were trained from (else
+            # ModelMismatch); every full-weights folder served is then that base or a checkpoint of it,
+            # and the tokenizer below (the configured folder) is theirs
+            check_base(self.store, self.model_path, checkpoints_dir=self.settings.checkpoints_dir,
+                       home=self.settings.home)
             stored = Weights.from_json(self.store.engine_state()[2])
+            if stored is not None and not _is_under(stored.full, self.settings.checkpoints_dir):
+                stored = Weights(self.model_path, stored.lora, stored.adapter_name)  # the base, maybe moved
             if stored is not None and stored.exists():
                 self._weights = stored
             else:
@@ -305,6 +313,7 @@ class Engine:
             if previous.adapter_name and previous.adapter_name != new.adapter_name:
                 self._unload_adapter(previous.adapter_name)
             self._canary_expected = expected_ids
+            self.store.add_policy_version(version, self.policy_version, kind, str(path))
             self.policy_version = version
             self._set(EngineState.SERVING, policy_version=version, weights=new.to_json())
             return version
@@ -431,6 +440,10 @@ class Engine:
         with self._cond:
             return self._cond.wait_for(lambda: self._state == EngineState.SERVING, timeout=timeout_s)
 
+
+
+def _is_under(path: Path, folder: Path) -> bool:
+    return path.expanduser().resolve().is_relative_to(folder.expanduser().resolve())
 
 
 def _ties_embeddings(folder: Path) -> bool:

@@ -103,7 +103,8 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
     sft_samples = successful_samples(rollouts, samples) if cfg.method in ("sft", "both") else []
     result = LearnResult(engine.policy_version, None)
     timings = result.timings
-    latest = store.latest_checkpoint(run_id)
+    # a run that continues from a trained policy (its first LEARN phase) trains on from the version served
+    latest = store.latest_checkpoint(run_id) or store.checkpoint_of_version(engine.policy_version)
     global_step = int(latest.metrics.get("global_step", 0)) if latest else 0
 
     def note(what: str, seconds: float, **data: object) -> None:

@@ -10,6 +10,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from appliance.lineage import served_short, start_label
 from appliance.schemas import Event, Iteration, IterationStatus, Phase
 from appliance.store import Store
 from appliance.tui.base import Context, PollingScreen, run_title
@@ -44,14 +45,17 @@ class OverviewScreen(PollingScreen):
     def load(self, ctx: Context) -> OverviewData:
         store, run = ctx.store, ctx.run
         state, version, _ = store.engine_state()
-        engine = f"engine [b]{str(state).upper()}[/b] (policy v{version})"
+        model = served_short(store)
+        engine = f"engine [b]{str(state).upper()}[/b] (" + (escape(model) if model else f"policy v{version}") + ")"
         system = f"{engine} · {escape(self.appliance.probe())}"
         if run is None:
             return OverviewData(run_title(None, "overview"), "", "", system, "", "", "")
         iterations = store.iterations(run.id)
         it = iterations[-1] if iterations else None
-        # no "of N": iteration 0 is the base model's, and a restart may change the planned count
-        run_line = (f"iteration [b]{it.index}[/b]{' (base model)' if it.index == 0 else ''} · "
+        # no "of N": iteration 0 measures the policy the run started from (the base model, or the version a
+        # continued run took over), and a restart may change the planned count
+        start = f" ({escape(start_label(store, run.id))})" if it and it.index == 0 else ""
+        run_line = (f"iteration [b]{it.index}[/b]{start} · "
                     f"policy v{it.policy_version}") if it else "no iteration yet"
         timeline = phase_timeline(it, store.phase_events(run.id, it.index), ctx.now,
                                   phase_durations(store, run.id, it.index)) if it else ""
