@@ -40,37 +40,39 @@ ROOMS = [
     Room(1, ("schemas",), "typed records, enums and allowed state transitions (run, iteration, task, rollout, "
                           "model call, sample, engine state, outcome)"),
     Room(2, ("store",), "the only place with SQL: SQLite (WAL) through sqlite-utils, migrations, typed queries"),
-    Room(3, ("serving",), "the inference engine process: launch vLLM (GPU build, or the CPU build for the embedded "
+    Room(3, ("lineage",), "the model's identity: the recorded base model (content hash), the policy versions "
+                          "trained from it, the start-up check, `appliance model use`, labels, the model card"),
+    Room(4, ("serving",), "the inference engine process: launch vLLM (GPU build, or the CPU build for the embedded "
                           "default), health, sleep/wake, weight sync, canary"),
-    Room(3, ("sandbox",), "Podman sandboxes: offline image build, hardened run, persistent shell, file transfer, "
+    Room(4, ("sandbox",), "Podman sandboxes: offline image build, hardened run, persistent shell, file transfer, "
                           "the socket bridge to the proxy, leak reaper"),
-    Room(3, ("trajectories",), "pure functions: model calls → prefix tree → training samples with provenance masks"),
-    Room(4, ("proxy",), "model-boundary proxy: OpenAI `/v1/chat/completions` and Anthropic `/v1/messages` "
+    Room(4, ("trajectories",), "pure functions: model calls → prefix tree → training samples with provenance masks"),
+    Room(5, ("proxy",), "model-boundary proxy: OpenAI `/v1/chat/completions` and Anthropic `/v1/messages` "
                         "(dialect translation with litellm) under a per-rollout route; asks the engine for token "
                         "ids and logprobs; records every call"),
-    Room(4, ("harness",), "the built-in agent (a bash-tool loop) and the adapter that runs any third-party harness "
+    Room(5, ("harness",), "the built-in agent (a bash-tool loop) and the adapter that runs any third-party harness "
                           "inside a sandbox pointed at the proxy"),
-    Room(5, ("tasks",), "task format, procedural families, self-proposal, validation, difficulty controller, "
+    Room(6, ("tasks",), "task format, procedural families, self-proposal, validation, difficulty controller, "
                         "held-out set"),
-    Room(6, ("training",), "TRL glue: GRPO over appliance rollouts, SFT, LoRA, checkpoints; the only module that "
+    Room(7, ("training",), "TRL glue: GRPO over appliance rollouts, SFT, LoRA, checkpoints; the only module that "
                            "imports torch/trl (see \"Learning: how we use TRL\")"),
-    Room(6, ("practice",), "one rollout end to end: workspace, sandbox, built-in or third-party harness, pristine "
+    Room(7, ("practice",), "one rollout end to end: workspace, sandbox, built-in or third-party harness, pristine "
                            "verifier, outcome, samples; groups of rollouts in parallel"),
-    Room(6, ("diagnosis",), "the capability report from the store"),
-    Room(6, ("control",), "pause / resume / step / stop-after-iteration: requests in the `controls` table and "
+    Room(7, ("diagnosis",), "the capability report from the store"),
+    Room(7, ("control",), "pause / resume / step / stop-after-iteration: requests in the `controls` table and "
                           "the one contract that answers them (`answer_pending`, used by the loop and its fakes)"),
-    Room(7, ("loop",), "the reconciler: `Loop.tick` runs the current iteration's next phase, resumably; composes "
+    Room(8, ("loop",), "the reconciler: `Loop.tick` runs the current iteration's next phase, resumably; composes "
                        "the rooms below"),
-    Room(8, ("scheduler",), "APScheduler wiring only: its job calls `Loop.tick`"),
-    Room(8, ("tui",), "Textual app: reads the store, sends commands through `control`; the TUI `appliance run` "
+    Room(9, ("scheduler",), "APScheduler wiring only: its job calls `Loop.tick`"),
+    Room(9, ("tui",), "Textual app: reads the store, sends commands through `control`; the TUI `appliance run` "
                       "opens is a window onto the run, so q detaches it and the run goes on headless"),
-    Room(8, ("setup", "doctor", "status", "rollout_view"),
+    Room(9, ("setup", "doctor", "status", "rollout_view"),
          "`appliance init` (store, Podman config, bundled model, images), the preflight, the status summary, the "
          "trajectory printout"),
-    Room(9, ("app",), "the appliance process: engine, proxy and sandbox pool (`services`), and `appliance run` "
+    Room(10, ("app",), "the appliance process: engine, proxy and sandbox pool (`services`), and `appliance run` "
                       "wiring loop, scheduler and TUI together"),
-    Room(10, ("cli",), "thin `appliance` commands over library functions (imports lazily, inside each command)"),
-    Room(11, ("testing",), "fakes for tests and benchmarks (scripted policy, shell, engine, control consumer); "
+    Room(11, ("cli",), "thin `appliance` commands over library functions (imports lazily, inside each command)"),
+    Room(12, ("testing",), "fakes for tests and benchmarks (scripted policy, shell, engine, control consumer); "
                            "nothing in the product imports it"),
 ]
 

@@ -26,11 +26,11 @@ def test_an_arrow_up_a_circle_and_a_module_without_a_room_are_found(tmp_path: Pa
     (package / "tui" / "__init__.py").write_text("from .screens import Screen\n")
     (package / "tui" / "screens.py").write_text("from appliance.tui import Screen\n")  # a circle in one room: fine
     (package / "scheduler.py").write_text("from appliance.tui import screens\n")  # same floor: not allowed
-    (package / "lineage.py").write_text("")
+    (package / "unplaced.py").write_text("")
     problems = module_table.violations(module_table.read_imports(module_table.package_modules(package)))
     assert any(p.startswith("appliance.store:2 imports appliance.loop") for p in problems), problems
     assert any(p.startswith("appliance.scheduler:1 imports appliance.tui.screens") for p in problems), problems
-    assert any(p.startswith("appliance.lineage has no room") for p in problems), problems
+    assert any(p.startswith("appliance.unplaced has no room") for p in problems), problems
     assert len(problems) == 3, problems
 
 
