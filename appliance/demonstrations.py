@@ -1,0 +1,238 @@
+"""Teacher-free demonstrations: a task's verified reference solution, as the episode the agent should have had.
+
+Every valid task carries a reference solution that passed its verifier twice. `demonstrate` runs it the
+way the built-in harness runs an agent's command and records the conversation the harness would have
+produced: its own first messages (system prompt, `Task: ...`), one assistant turn with the whole solution
+in a ```bash block, the real observation from a fresh hardened sandbox formatted by the harness's own
+`format_observation`, and the finishing `DONE`. The final workspace then goes through `verify_workspace`,
+exactly like a rollout's; only a passing conversation becomes a demonstration.
+
+    run = demonstrate(settings, spec)                       # one sandbox, the verifier in another
+    demo = to_demonstration(run, spec, chat_tokenizer(settings.model_path), run_id=..., task_id=...)
+    store.add_demonstration(demo)
+
+Hindsight relabelling (`relabel_hindsight`): a successful rollout of a hinted task (the family put the
+hint level in `spec.meta["hint_level"]` > 0 and the plain request in `spec.meta["unhinted_instruction"]`)
+becomes a demonstration of the plain request: the same answers and observations, under the unhinted task.
+
+Demonstrations are training data for SFT only. Their ids come from the served model's chat template
+(re-tokenized text, with the template's generation markers as the assistant mask), so they are stored
+apart from RL samples (a table of their own) and never enter a GRPO batch: RL samples stay the engine's
+exact tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import shutil
+import uuid
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from appliance.config import Settings
+from appliance.errors import ApplianceError
+from appliance.harness.actions import format_observation, parse_action
+from appliance.harness.base import Limits
+from appliance.harness.builtin import first_messages, observation_messages
+from appliance.schemas import Demonstration, Outcome, Sample, Split, Task, TaskStatus
+from appliance.store import Store
+from appliance.tasks import TaskSpec, verify_workspace
+from appliance.tasks.validate import SandboxStarter, write_workspace
+
+REFERENCE, HINDSIGHT = "reference", "hindsight"
+FINISH = "DONE"  # the finishing turn the system prompt teaches
+HINT_LEVEL, UNHINTED = "hint_level", "unhinted_instruction"  # spec.meta keys the families set on hinted tasks
+
+# messages -> (input_ids, assistant mask), with the served model's chat template
+ChatTokenizer = Callable[[list[dict[str, Any]]], tuple[list[int], list[int]]]
+
+
+def command_block(command: str) -> str:
+    """An assistant answer that runs `command`, written the way the system prompt's example writes one."""
+    return f"```bash\n{command.strip()}\n```"
+
+
+@dataclass(slots=True)
+class DemoRun:
+    """What running a reference solution through the harness's formatting gave."""
+
+    messages: list[dict[str, Any]]
+    passed: bool
+    error: str | None = None  # the machine failed (sandbox, verifier): no verdict on the task
+    verifier_output: str = ""
+
+
+def demonstrate(settings: Settings, spec: TaskSpec, *, start: SandboxStarter | None = None,
+                limits: Limits | None = None) -> DemoRun:
+    """Run the reference solution as one agent turn in a fresh sandbox; never raises for the machine's failures."""
+    from appliance.sandbox import Sandbox
+
+    starter = start or (lambda **kw: Sandbox.start(settings, **kw))
+    limits = limits or Limits.from_settings(settings.harness)
+    messages = first_messages(spec.instruction)
+    answer = {"role": "assistant", "content": command_block(spec.solution)}
+    action = parse_action(answer)
+    if action.command is None or action.command.strip() != spec.solution.strip():
+        # the harness would not run this solution verbatim from a fenced block (e.g. it holds ```)
+        return DemoRun(messages, False, None, "the solution does not survive the harness's command parser")
+    workspace = settings.home / "demonstrations" / uuid.uuid4().hex[:12]
+    workspace.mkdir(parents=True)
+    try:
+        write_workspace(spec, workspace)
+        timeout = min(limits.command_timeout_s, spec.limits.timeout_s)
+        with starter(workspace=workspace, labels={"appliance.demonstration": spec.id}) as sb:
+            if spec.setup.strip():
+                setup = sb.exec(spec.setup, timeout=spec.limits.timeout_s)
+                if setup.exit_code != 0:
+                    return DemoRun(messages, False, f"task set-up failed ({setup.exit_code})")
+            result = sb.shell().run(action.command, timeout)
+        messages += [answer, *observation_messages(action, format_observation(result, limits.observation_chars,
+                                                                               timeout))]
+        messages.append({"role": "assistant", "content": FINISH})
+        verdict = verify_workspace(settings, spec, workspace, start=start)
+        if verdict.error:
+            return DemoRun(messages, False, f"verifier: {verdict.error}", verdict.output)
+        return DemoRun(messages, verdict.passed and not verdict.tampered, None, verdict.output)
+    except ApplianceError as e:
+        return DemoRun(messages, False, f"{type(e).__name__}: {e.message}")
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
+
+
+def chat_tokenizer(model_path: Path) -> ChatTokenizer:
+    """The served model's tokenizer and chat template; the template's {% generation %} markers give the mask."""
+    from transformers import AutoTokenizer  # lazily: seconds to import
+
+    tok = AutoTokenizer.from_pretrained(str(model_path))
+
+    def tokenize(messages: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
+        out = tok.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+        ids, mask = list(out["input_ids"]), [int(m) for m in out["assistant_masks"]]
+        if not any(mask):
+            raise ApplianceError("the chat template marks no assistant tokens",
+                                 "the model's chat template needs {% generation %} markers around assistant turns")
+        return ids, mask
+
+    return tokenize
+
+
+def digest(messages: list[dict[str, Any]]) -> str:
+    return hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
+
+
+def to_demonstration(messages: list[dict[str, Any]], task: Task, tokenize: ChatTokenizer, *, origin: str = REFERENCE,
+                     iteration: int | None = None) -> Demonstration:
+    ids, mask = tokenize(messages)
+    return Demonstration(task.run_id, task.id, task.family, task.difficulty, origin, messages, ids, mask,
+                         digest(messages), iteration)
+
+
+@dataclass
+class DemoYield:
+    """What one pass of `demonstrate_tasks` did: for the report and the event log."""
+
+    added: int = 0
+    failed: list[str] = field(default_factory=list)  # task ids whose reference run did not pass
+    infra: list[str] = field(default_factory=list)  # task ids the machine failed on (tried again next pass)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"added": self.added, "failed": len(self.failed), "infra": len(self.infra)}
+
+
+def demonstrate_tasks(settings: Settings, store: Store, tasks: Iterable[Task], tokenize: ChatTokenizer, *,
+                      iteration: int | None = None, start: SandboxStarter | None = None,
+                      parallel: int = 2) -> DemoYield:
+    """Demonstrations of the training tasks that passed validation and have none yet (idempotent)."""
+    done = set()
+    todo = []
+    for t in tasks:
+        if t.split != Split.TRAIN or t.status in (TaskStatus.PROPOSED, TaskStatus.REJECTED) or t.id in done:
+            continue
+        done.add(t.id)
+        todo.append(t)
+    have = store.demonstrated_task_ids(todo[0].run_id) if todo else set()
+    todo = [t for t in todo if t.id not in have]
+    out = DemoYield()
+    if not todo:
+        return out
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as ex:
+        runs = list(ex.map(lambda t: demonstrate(settings, TaskSpec.from_spec(t.spec), start=start), todo))
+    for task, run in zip(todo, runs, strict=True):
+        if run.error:
+            out.infra.append(task.id)
+        elif not run.passed:
+            out.failed.append(task.id)
+        else:
+            out.added += store.add_demonstration(to_demonstration(run.messages, task, tokenize, iteration=iteration))
+    return out
+
+
+def conversation(store: Store, rollout_id: str) -> list[dict[str, Any]] | None:
+    """A finished rollout's conversation as the harness saw it: the last answered request plus its answer."""
+    calls = [c for c in store.model_calls(rollout_id) if c.status == "ok" and c.response]
+    if not calls:
+        return None
+    last = calls[-1]
+    try:
+        message = last.response["choices"][0]["message"]
+    except (KeyError, IndexError, TypeError):
+        return None
+    kept = {"role": "assistant", "content": message.get("content")}
+    if message.get("tool_calls"):
+        kept["tool_calls"] = message["tool_calls"]
+    return [dict(m) for m in last.request.get("messages", [])] + [kept]
+
+
+def relabel_hindsight(store: Store, run_id: str, iteration: int, tokenize: ChatTokenizer) -> int:
+    """Successful rollouts of hinted tasks in `iteration` -> demonstrations of the unhinted requests."""
+    tasks = {t.id: t for t in store.tasks(run_id, split=Split.TRAIN)}
+    added = 0
+    for r in store.rollouts(run_id, iteration=iteration, purpose="train"):
+        task = tasks.get(r.task_id or "")
+        if r.outcome != Outcome.SUCCESS or task is None:
+            continue
+        meta = task.spec.get("meta") or {}
+        plain = meta.get(UNHINTED)
+        if not plain or not int(meta.get(HINT_LEVEL) or 0):
+            continue
+        messages = conversation(store, r.id)
+        if not messages:
+            continue
+        hinted = f"Task: {task.spec['instruction'].strip()}"
+        relabelled = first_messages(plain)[1]["content"]
+        swapped = [dict(m, content=relabelled) if m.get("role") == "user" and m.get("content") == hinted else m
+                   for m in messages]
+        if swapped == messages:  # the hinted request is not where the harness put it: leave it alone
+            continue
+        added += store.add_demonstration(to_demonstration(swapped, task, tokenize, origin=HINDSIGHT,
+                                                          iteration=iteration))
+    return added
+
+
+def pick_demonstrations(demos: list[Demonstration], frontier: dict[str, int], n: int, *,
+                        seed: int | str = 0) -> list[Demonstration]:
+    """Up to `n` demonstrations, without replacement, weighted toward each family's frontier level: weight 4
+    at the frontier, 2 one level above (the hinted next step), 1 below (replay of what is mastered)."""
+    if n <= 0 or not demos:
+        return []
+    if n >= len(demos):
+        return list(demos)
+
+    def weight(d: Demonstration) -> float:
+        level = frontier.get(d.family, 1)
+        return 4.0 if d.difficulty == level else 2.0 if d.difficulty == level + 1 else 1.0 if d.difficulty < level \
+            else 0.5
+
+    rng = random.Random(f"demos:{seed}")
+    # weighted sampling without replacement (Efraimidis-Spirakis keys)
+    keyed = sorted(demos, key=lambda d: rng.random() ** (1.0 / weight(d)), reverse=True)
+    return keyed[:n]
+
+
+def demonstration_samples(demos: Iterable[Demonstration]) -> list[Sample]:
+    return [d.to_sample() for d in demos]
