@@ -236,3 +236,85 @@ def pick_demonstrations(demos: list[Demonstration], frontier: dict[str, int], n:
 
 def demonstration_samples(demos: Iterable[Demonstration]) -> list[Sample]:
     return [d.to_sample() for d in demos]
+
+
+# --- the loop's use: a warm-start pool, per-iteration demonstrations, the mix for each LEARN phase -----
+WARMSTART = "warmstart"  # spec.meta["pool"] of the tasks made only to be demonstrated (never practised)
+
+
+def warmstart_tasks(settings: Settings, store: Store, run_id: str, families: list[str], *,
+                    start: SandboxStarter | None = None) -> list[Task]:
+    """The run's warm-start tasks (levels `training.demo_warmstart_levels`), synthesized and validated once."""
+    from appliance.tasks.families import synthesize
+    from appliance.tasks.validate import validate_many
+
+    cfg = settings.training
+    existing = [t for t in store.tasks(run_id, split=Split.TRAIN) if (t.spec.get("meta") or {}).get("pool") == WARMSTART]
+    if not existing and cfg.demo_warmstart_tasks > 0:
+        exclude = {t.spec["id"] for t in store.tasks(run_id)}
+        for family in families:
+            for level in cfg.demo_warmstart_levels:
+                for spec in synthesize(family, level, cfg.demo_warmstart_tasks, seed=f"{run_id}:{WARMSTART}",
+                                       exclude=exclude):
+                    spec.meta["pool"] = WARMSTART
+                    store.add_task(Task(f"{run_id}.{spec.id}", run_id, spec.family, spec.difficulty, spec.source,
+                                        Split.TRAIN, TaskStatus.PROPOSED, spec.to_spec()))
+        existing = [t for t in store.tasks(run_id, split=Split.TRAIN)
+                    if (t.spec.get("meta") or {}).get("pool") == WARMSTART]
+    pending = [t for t in existing if t.status == TaskStatus.PROPOSED]
+    if pending:
+        verdicts = validate_many(settings, [TaskSpec.from_spec(t.spec) for t in pending],
+                                 parallel=min(2, settings.sandbox.max_concurrent), start=start)
+        for task, v in zip(pending, verdicts, strict=True):
+            for stage in v.stages:
+                store.add_validation(task.id, stage.name, stage.ok, stage.detail or None)
+            if not v.infra:
+                store.set_task_status(task.id, TaskStatus.VALID if v.ok else TaskStatus.REJECTED, reason=v.reason)
+    return store.tasks(run_id, split=Split.TRAIN)
+
+
+def prepare_demonstrations(settings: Settings, store: Store, run_id: str, iteration: int, tokenize: ChatTokenizer,
+                           families: list[str], *, start: SandboxStarter | None = None) -> DemoYield:
+    """The VALIDATE phase's part: demonstrations of every valid training task of the run that has none yet,
+    and, before the first LEARN phase, of the warm-start pool. Idempotent (a crash redoes only what is missing)."""
+    if not settings.training.demonstrations:
+        return DemoYield()
+    has_checkpoint = bool(store.checkpoints(run_id))
+    tasks = warmstart_tasks(settings, store, run_id, families, start=start) if not has_checkpoint else store.tasks(
+        run_id, split=Split.TRAIN)
+    return demonstrate_tasks(settings, store, tasks, tokenize, iteration=iteration, start=start,
+                             parallel=min(2, settings.sandbox.max_concurrent))
+
+
+@dataclass
+class DemoMix:
+    """What a LEARN phase trains on from the demonstration pool, and with which settings."""
+
+    samples: list[Sample]
+    warmstart: bool
+    settings: Settings
+
+    def describe(self) -> str:
+        what = "warm-start SFT on" if self.warmstart else "mixed in"
+        return f"{what} {len(self.samples)} demonstrations"
+
+
+def training_mix(settings: Settings, store: Store, run_id: str, iteration: int, frontier: dict[str, int],
+                 rl_samples: int) -> DemoMix:
+    """The first LEARN phase of a run (no checkpoint yet) trains on every demonstration of the warm-start
+    levels, for `demo_warmstart_epochs`; later ones mix in max(demo_mix_min, demo_mix_ratio x RL samples)
+    demonstrations, weighted toward each family's frontier (`pick_demonstrations`)."""
+    cfg = settings.training
+    if not cfg.demonstrations:
+        return DemoMix([], False, settings)
+    if not store.checkpoints(run_id):
+        demos = store.demonstrations(run_id, levels=cfg.demo_warmstart_levels)
+        warm = settings.model_copy(deep=True)
+        warm.training.sft_epochs = cfg.demo_warmstart_epochs
+        # hindsight demos are of practised tasks: keep them too
+        demos += store.demonstrations(run_id, origin=HINDSIGHT)
+        unique = list({d.digest: d for d in demos}.values())
+        return DemoMix(demonstration_samples(unique), True, warm)
+    n = max(cfg.demo_mix_min, int(round(cfg.demo_mix_ratio * rl_samples))) if cfg.demo_mix_ratio > 0 else 0
+    picked = pick_demonstrations(store.demonstrations(run_id), frontier, n, seed=f"{run_id}:{iteration}")
+    return DemoMix(demonstration_samples(picked), False, settings)
