@@ -1,0 +1,83 @@
+"""The curriculum in the loop: the controller's decisions at DIAGNOSE (iteration 0 too) and the rounds it plans."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from appliance.config import Settings
+from appliance.curriculum import control, synthesize_round
+from appliance.loop import Loop
+from appliance.schemas import Outcome, Rollout, RolloutStatus, Split, TaskStatus
+from appliance.store import Store
+
+FAMS = ["files", "text", "data"]
+
+
+def loop(settings: Settings, store: Store) -> Loop:
+    settings.loop.families = FAMS
+    settings.loop.heldout_levels = [2]
+    settings.loop.heldout_per_cell = 1
+    settings.loop.analysis = False
+    engine = SimpleNamespace(policy_version=0, base_url="http://unused", model_name=lambda: "policy")
+    return Loop(settings, store, engine, practice=None, log=lambda _: None)
+
+
+def practise(store: Store, run_id: str, iteration: int, passed_by_family: dict[str, int], k: int = 4) -> None:
+    """Stand-in for PRACTISE: k rollouts per task of the iteration, `passed` of them succeed, bands recorded."""
+    from appliance.tasks.validate import record_band
+
+    for t in store.tasks(run_id, split=Split.TRAIN, status=TaskStatus.VALID):
+        if t.spec.get("meta", {}).get("iteration") != iteration:
+            continue
+        wins = passed_by_family.get(t.family, 0)
+        for j in range(k):
+            rid = f"{t.id}.g{iteration}.{j}"
+            store.add_rollout(Rollout(rid, run_id, t.id, f"{t.id}.g{iteration}", iteration, "builtin", 0,
+                                      RolloutStatus.PENDING, "train"))
+            store.start_rollout(rid)
+            store.finish_rollout(rid, Outcome.SUCCESS if j < wins else Outcome.FAILURE, float(j < wins))
+        record_band(store, t.id, wins, k)
+
+
+def test_iteration_0_plans_and_families_climb_with_replay(settings: Settings, store: Store) -> None:
+    lp = loop(settings, store)
+    run = lp.run.id
+    settings.loop.tasks_per_family = 4
+    lp.phase_diagnose(0)  # the baseline plans too
+    report0, md0 = store.report(run, 0)
+    assert report0["levels"] == {f: 1 for f in FAMS} and set(report0["decisions"]) == set(FAMS)
+    assert "## Controller decisions" in md0
+
+    store.start_iteration(run, 1, 0)
+    made = synthesize_round(store, settings, run, 1, FAMS)
+    assert made["made"]["new"] == 9 and made["made"]["stretch"] == 3 and made["made"]["replay"] == 0
+    new = store.tasks(run, split=Split.TRAIN)
+    assert sorted({t.difficulty for t in new if t.family == "files"}) == [1, 2]
+    for t in new:  # stands in for VALIDATE
+        store.set_task_status(t.id, TaskStatus.VALID)
+    # files: all pass (mastered); text: half (learnable: replayed); data: nothing
+    practise(store, run, 1, {"files": 4, "text": 2, "data": 0})
+    lp.phase_diagnose(1)
+    report1, md1 = store.report(run, 1)
+    assert report1["levels"] == {"files": 2, "text": 1, "data": 1}
+    assert report1["mastered"] == {"files": 1, "text": 0, "data": 0}
+    assert "moves up to L2" in report1["decisions"]["files"]["reason"]
+    assert "nothing passes yet" in report1["decisions"]["data"]["reason"]
+    assert report1["band_levels"]["files"]["1"] == {"too_easy": 3}
+    assert report1["capability"]["text"]["1"]["passed"] == 6
+
+    store.start_iteration(run, 2, 0)
+    made = synthesize_round(store, settings, run, 2, FAMS)
+    assert made["made"]["replay"] == 1  # text's learnable tasks come back, one per round at this share
+    copies = [t for t in store.tasks(run, split=Split.TRAIN) if t.spec["meta"].get("round") == "replay"]
+    assert len(copies) == 1 and copies[0].family == "text" and copies[0].status == TaskStatus.VALID
+    assert copies[0].spec["meta"]["iteration"] == 2 and copies[0].id.endswith(".r2")
+    assert {t.difficulty for t in store.tasks(run, split=Split.TRAIN)
+            if t.family == "files" and t.spec["meta"].get("iteration") == 2} == {2, 3}
+
+    # a failing frontier is never sent back below what was mastered
+    store.start_iteration(run, 3, 0)
+    report2 = {"iteration": 2, "train": {"files": {"2": {"n": 12, "passed": 0, "pass_rate": 0.0}}}}
+    store.save_report(run, 2, {**report1, "iteration": 2}, "")
+    out = control(store, run, 3, FAMS, report2, settings)
+    assert out["levels"]["files"] == 2 and out["mastered"]["files"] == 1
