@@ -12,6 +12,7 @@ round, and the pool sees its latest verdict: it comes back until it is too easy.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from appliance.config import Settings
@@ -36,9 +37,13 @@ def control(store: Store, run_id: str, iteration: int, families: list[str], repo
             "decisions": {f: d.as_dict() for f, d in decisions.items()}}
 
 
-def synthesize_round(store: Store, settings: Settings, run_id: str, iteration: int,
-                     families: list[str]) -> dict[str, Any]:
-    """Store the round's tasks (proposed: new and stretch; valid: replays); returns what was made."""
+def synthesize_round(store: Store, settings: Settings, run_id: str, iteration: int, families: list[str],
+                     generate_text: Callable[[str], str] | None = None) -> dict[str, Any]:
+    """Store the round's tasks (proposed: new, stretch and self-proposed; valid: replays); returns what was made.
+
+    Self-proposal (`loop.propose`, off by default) asks the policy for one task per family through
+    `generate_text`; the proposals enter as `proposed` and VALIDATE decides. Proposed task code must only
+    ever run in the isolated validation of issue 14: do not turn the setting on before that lands."""
     previous = store.report(run_id, iteration - 1)
     levels = {f: int(((previous[0] if previous else {}).get("levels") or {}).get(f, 1)) for f in families}
     lp = settings.loop
@@ -65,4 +70,13 @@ def synthesize_round(store: Store, settings: Settings, run_id: str, iteration: i
                 store.add_validation(copy_id, "replay", True, None, {"replay_of": old.id})
                 store.set_task_status(copy_id, TaskStatus.VALID)
                 made["replay"] += 1
+    if lp.propose and generate_text is not None:
+        from appliance.tasks.propose import propose_tasks
+
+        specs = propose_tasks(generate_text, previous[0] if previous else None, len(families), levels)
+        made["proposal_requests"], made["proposal_parsed"], made["proposed"] = len(families), len(specs), 0
+        for spec in specs:
+            spec.meta.update(iteration=iteration, round="proposed")
+            made["proposed"] += store.add_task(Task(f"{run_id}.{spec.id}", run_id, spec.family, spec.difficulty,
+                                                    spec.source, Split.TRAIN, TaskStatus.PROPOSED, spec.to_spec()))
     return {"levels": levels, "made": made, "plan": [vars(p) for p in plan]}

@@ -108,6 +108,8 @@ def build_report(store: Store, run_id: str, iteration: int,
     report["band_levels"] = band_levels(tasks.values(), iteration)
     report["capability"] = capability(store, train_rollouts, tasks)
     report["demonstrations"] = store.demonstration_counts(run_id)
+    proposed = [t for t in tasks.values() if t.source == "self_proposed" and t.split == "train"]
+    report["self_proposal"] = {"proposed": len(proposed), **Counter(str(t.status) for t in proposed)}
     report["analysis"] = _analysis(report, generate_text)
     verdict = analysis_quality(report["analysis"], sorted({*report["capability"], *family_rates}))
     if generate_text is not None and verdict and not report["analysis"].startswith("("):
@@ -244,6 +246,8 @@ def render_curriculum(report: dict[str, Any]) -> list[str]:
     if report.get("decisions"):
         lines += ["", "## Controller decisions", ""]
         lines += [f"- {f}: {d['reason']}" for f, d in sorted(report["decisions"].items())]
+    if (report.get("self_proposal") or {}).get("proposed"):
+        lines += ["", "## Self-proposal", "", ", ".join(f"{k} {v}" for k, v in report["self_proposal"].items())]
     if report.get("demonstrations"):
         lines += ["", "## Demonstrations", "",
                   ", ".join(f"{k} {v}" for k, v in sorted(report["demonstrations"].items()))]

@@ -209,7 +209,8 @@ class Loop:
 
     def phase_synthesize(self, index: int) -> None:
         if self.settings.loop.controller == "climb":  # appliance.curriculum: frontier, stretch and replay tasks
-            made = synthesize_round(self.store, self.settings, self.run.id, index, self.families)
+            made = synthesize_round(self.store, self.settings, self.run.id, index, self.families,
+                                    self.generate_text if self.settings.loop.propose else None)
             self.event("synthesize", f"iteration {index}: " + ", ".join(f"{v} {k}" for k, v in made["made"].items())
                        + " tasks", levels=made["levels"], plan=made["plan"])
             return

@@ -81,3 +81,17 @@ def test_iteration_0_plans_and_families_climb_with_replay(settings: Settings, st
     store.save_report(run, 2, {**report1, "iteration": 2}, "")
     out = control(store, run, 3, FAMS, report2, settings)
     assert out["levels"]["files"] == 2 and out["mastered"]["files"] == 1
+
+
+def test_self_proposal_only_when_turned_on(settings: Settings, store: Store) -> None:
+    lp = loop(settings, store)
+    answer = ("INSTRUCTION\n```text\nWrite hi into a.txt.\n```\nVERIFY\n```bash\ngrep -qx hi a.txt\n```\n"
+              "SOLUTION\n```bash\necho hi > a.txt\n```\n")
+    asked = []
+    made = synthesize_round(store, settings, lp.run.id, 1, FAMS, lambda p: asked.append(p) or answer)
+    assert asked == [] and "proposed" not in made["made"]  # off by default (issue 14's isolation first)
+    settings.loop.propose = True
+    made = synthesize_round(store, settings, lp.run.id, 2, FAMS, lambda p: asked.append(p) or answer)
+    assert len(asked) == 3 and made["made"]["proposal_parsed"] == 3 and made["made"]["proposed"] >= 1
+    proposed = [t for t in store.tasks(lp.run.id) if t.source == "self_proposed"]
+    assert proposed and all(t.status == TaskStatus.PROPOSED for t in proposed)
