@@ -12,6 +12,7 @@ round, and the pool sees its latest verdict: it comes back until it is too easy.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +21,8 @@ from appliance.schemas import Split, Task, TaskStatus
 from appliance.store import Store
 from appliance.tasks.difficulty import decide, replay_pool, size_round
 from appliance.tasks.families import synthesize
+
+HINTED = "hint" in inspect.signature(synthesize).parameters  # the families' hint ladder (tool, partial)
 
 
 def control(store: Store, run_id: str, iteration: int, families: list[str], report: dict[str, Any],
@@ -54,9 +57,15 @@ def synthesize_round(store: Store, settings: Settings, run_id: str, iteration: i
                       replay_available={f: len(v) for f, v in pool.items()})
     exclude = {t.spec["id"] for t in store.tasks(run_id)}  # held-out and earlier tasks
     made = {"new": 0, "stretch": 0, "replay": 0}
+    decisions = (previous[0] if previous else {}).get("decisions") or {}
     for p in plan:
-        for kind, level, count in (("new", p.level, p.new), ("stretch", p.level + 1, p.stretch)):
-            for spec in synthesize(p.family, level, count, seed=f"{run_id}:{iteration}:{kind}", exclude=exclude):
+        # stretch tasks carry a hint where the families have the ladder: the start of the command when
+        # nothing passes at the frontier yet, else the tool's name
+        stuck = (decisions.get(p.family) or {}).get("passed", 1) == 0
+        hint = {"hint": "partial" if stuck else "tool"} if HINTED else {}
+        for kind, level, count, extra in (("new", p.level, p.new, {}), ("stretch", p.level + 1, p.stretch, hint)):
+            for spec in synthesize(p.family, level, count, seed=f"{run_id}:{iteration}:{kind}", exclude=exclude,
+                                   **extra):
                 exclude.add(spec.id)
                 spec.meta.update(iteration=iteration, round=kind)
                 made[kind] += store.add_task(Task(f"{run_id}.{spec.id}", run_id, spec.family, spec.difficulty,

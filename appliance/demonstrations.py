@@ -11,9 +11,11 @@ exactly like a rollout's; only a passing conversation becomes a demonstration.
     demo = to_demonstration(run, spec, chat_tokenizer(settings.model_path), run_id=..., task_id=...)
     store.add_demonstration(demo)
 
-Hindsight relabelling (`relabel_hindsight`): a successful rollout of a hinted task (the family put the
-hint level in `spec.meta["hint_level"]` > 0 and the plain request in `spec.meta["unhinted_instruction"]`)
-becomes a demonstration of the plain request: the same answers and observations, under the unhinted task.
+Hindsight relabelling (`relabel_hindsight`): a successful rollout of a hinted task (the families' hint
+ladder puts the rung in `spec.meta["hint"]`: "tool" or "partial") becomes a demonstration of the bare
+request: the same answers and observations, under the unhinted instruction. That instruction is
+`spec.meta["unhinted_instruction"]` when the task carries it, else the same task drawn again with no hint
+(the families' seed does not depend on the hint: `meta` split, seed and index redraw it).
 
 Demonstrations are training data for SFT only. Their ids come from the served model's chat template
 (re-tokenized text, with the template's generation markers as the assistant mask), so they are stored
@@ -46,7 +48,7 @@ from appliance.tasks.validate import SandboxStarter, write_workspace
 
 REFERENCE, HINDSIGHT = "reference", "hindsight"
 FINISH = "DONE"  # the finishing turn the system prompt teaches
-HINT_LEVEL, UNHINTED = "hint_level", "unhinted_instruction"  # spec.meta keys the families set on hinted tasks
+HINT, UNHINTED = "hint", "unhinted_instruction"  # spec.meta: the hint rung ("tool", "partial"; None = bare request)
 
 # messages -> (input_ids, assistant mask), with the served model's chat template
 ChatTokenizer = Callable[[list[dict[str, Any]]], tuple[list[int], list[int]]]
@@ -188,6 +190,24 @@ def conversation(store: Store, rollout_id: str) -> list[dict[str, Any]] | None:
     return [dict(m) for m in last.request.get("messages", [])] + [kept]
 
 
+def unhinted_instruction(task: Task) -> str | None:
+    """The bare request of a hinted task, or None when it cannot be recovered."""
+    meta = task.spec.get("meta") or {}
+    if meta.get(UNHINTED):
+        return str(meta[UNHINTED])
+    try:
+        from appliance.tasks.families import generate, seed_rng
+
+        split = meta.get("split", "train")
+        rng = seed_rng(split, task.family, task.difficulty, meta["seed"], int(meta["index"]))
+        bare = generate(task.family, task.difficulty, rng, split=split, hint=None)  # type: ignore[call-arg]
+    except (KeyError, TypeError, ValueError, ApplianceError):  # no provenance, or families without hints
+        return None
+    if bare.instruction == task.spec.get("instruction") or (meta.get("request_id") not in (None, bare.id)):
+        return None  # not the same task without its hint: do not relabel
+    return bare.instruction
+
+
 def relabel_hindsight(store: Store, run_id: str, iteration: int, tokenize: ChatTokenizer) -> int:
     """Successful rollouts of hinted tasks in `iteration` -> demonstrations of the unhinted requests."""
     tasks = {t.id: t for t in store.tasks(run_id, split=Split.TRAIN)}
@@ -197,8 +217,8 @@ def relabel_hindsight(store: Store, run_id: str, iteration: int, tokenize: ChatT
         if r.outcome != Outcome.SUCCESS or task is None:
             continue
         meta = task.spec.get("meta") or {}
-        plain = meta.get(UNHINTED)
-        if not plain or not int(meta.get(HINT_LEVEL) or 0):
+        plain = unhinted_instruction(task) if meta.get(HINT) else None
+        if not plain:
             continue
         messages = conversation(store, r.id)
         if not messages:

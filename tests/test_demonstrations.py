@@ -99,7 +99,7 @@ def test_store_keeps_one_row_per_conversation_and_refuses_heldout(store: Store) 
 
 def test_hindsight_relabels_a_hinted_success_as_the_plain_request(store: Store) -> None:
     spec = synthesize("text", 2, 1, seed="h")[0]
-    spec.meta.update(hint_level=1, unhinted_instruction="Do the plain thing.")
+    spec.meta.update(hint="tool", unhinted_instruction="Do the plain thing.")
     plain_spec = synthesize("text", 2, 1, seed="p")[0]  # no hint: never relabelled
     tasks = [task_of(spec), task_of(plain_spec)]
     store.create_run("r1", {})
@@ -149,3 +149,19 @@ def test_the_real_chat_template_masks_exactly_the_assistant_turns() -> None:
     trained = tok.decode([i for i, m in zip(ids, mask) if m])
     assert trained == "```bash\nls\n```<|im_end|>DONE<|im_end|>"
     assert tok.decode(ids) == tok.apply_chat_template(messages, tokenize=False)
+
+
+def test_hinted_task_is_redrawn_without_its_hint(store: Store) -> None:
+    import inspect
+
+    from appliance.demonstrations import unhinted_instruction
+
+    if "hint" not in inspect.signature(synthesize).parameters:
+        spec = synthesize("text", 2, 1, seed="h")[0]
+        spec.meta["hint"] = "tool"
+        assert unhinted_instruction(task_of(spec)) is None  # families without the ladder: nothing to relabel
+        return
+    bare = synthesize("text", 3, 1, seed="h")[0]
+    hinted = synthesize("text", 3, 1, seed="h", hint="tool")[0]
+    assert hinted.instruction != bare.instruction and hinted.meta["hint"] == "tool"
+    assert unhinted_instruction(task_of(hinted)) == bare.instruction
