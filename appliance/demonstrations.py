@@ -14,8 +14,9 @@ exactly like a rollout's; only a passing conversation becomes a demonstration.
 Hindsight relabelling (`relabel_hindsight`): a successful rollout of a hinted task (the families' hint
 ladder puts the rung in `spec.meta["hint"]`: "tool" or "partial") becomes a demonstration of the bare
 request: the same answers and observations, under the unhinted instruction. That instruction is
-`spec.meta["unhinted_instruction"]` when the task carries it, else the same task drawn again with no hint
-(the families' seed does not depend on the hint: `meta` split, seed and index redraw it).
+`spec.meta["unhinted_instruction"]` when the task carries it, else the request without the ladder's
+"\n\nHint: ..." suffix, else the same task drawn again with no hint from `meta` split, seed and index
+(accepted only when its id is `meta["request_id"]`).
 
 Demonstrations are training data for SFT only. Their ids come from the served model's chat template
 (re-tokenized text, with the template's generation markers as the assistant mask), so they are stored
@@ -48,6 +49,7 @@ from appliance.tasks.validate import SandboxStarter, write_workspace
 
 REFERENCE, HINDSIGHT = "reference", "hindsight"
 FINISH = "DONE"  # the finishing turn the system prompt teaches
+HINT_MARK = "\n\nHint: "  # how the families' hint ladder appends a hint to the request
 HINT, UNHINTED = "hint", "unhinted_instruction"  # spec.meta: the hint rung ("tool", "partial"; None = bare request)
 
 # messages -> (input_ids, assistant mask), with the served model's chat template
@@ -195,6 +197,9 @@ def unhinted_instruction(task: Task) -> str | None:
     meta = task.spec.get("meta") or {}
     if meta.get(UNHINTED):
         return str(meta[UNHINTED])
+    instruction = str(task.spec.get("instruction", ""))
+    if HINT_MARK in instruction:  # the ladder appends "\n\nHint: ..." to the bare request
+        return instruction.rsplit(HINT_MARK, 1)[0].rstrip() or None
     try:
         from appliance.tasks.families import generate, seed_rng
 
