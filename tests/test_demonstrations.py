@@ -165,3 +165,33 @@ def test_hinted_task_is_redrawn_without_its_hint(store: Store) -> None:
         hinted = synthesize("text", 3, 1, seed="h", hint=hint)[0]
         plain = unhinted_instruction(task_of(hinted))
         assert plain and hinted.instruction.startswith(plain + "\n\nHint: ") and "Hint" not in plain
+
+
+def test_first_learn_phase_warm_starts_later_ones_mix(settings: Settings, store: Store) -> None:
+    from appliance.demonstrations import training_mix
+    from appliance.schemas import Checkpoint
+
+    store.create_run("r1", {})
+    for level in (1, 2, 3, 4, 5):
+        for i, spec in enumerate(synthesize("files", level, 3, seed="mix")):
+            task = task_of(spec)
+            store.add_task(task)
+            messages = [{"role": "user", "content": f"Task: {spec.instruction}"},
+                        {"role": "assistant", "content": command_block(spec.solution)}]
+            store.add_demonstration(to_demonstration(messages, task, char_tokenize))
+    settings.training.demo_warmstart_epochs = 3.0
+    warm = training_mix(settings, store, "r1", 1, {"files": 1}, rl_samples=10)
+    wanted = {f"demo:{d.id}" for d in store.demonstrations("r1") if d.difficulty in (2, 3, 4)}
+    assert len(wanted) >= 6 and len(store.demonstrations("r1")) > len(wanted)
+    assert warm.warmstart and {s.rollout_id for s in warm.samples} == wanted  # levels 2-4 only, each once
+    assert len(warm.samples) == len(wanted)
+    assert warm.settings.training.sft_epochs == 3.0 and settings.training.sft_epochs != 3.0
+    assert all(s.rollout_id.startswith("demo:") and any(s.mask) for s in warm.samples)
+    store.add_checkpoint(Checkpoint("r1", 1, 1, "lora", "/nowhere"))
+    later = training_mix(settings, store, "r1", 2, {"files": 2}, rl_samples=5)
+    assert not later.warmstart and len(later.samples) == max(settings.training.demo_mix_min, 5)
+    assert later.settings is settings
+    settings.training.demo_mix_ratio = 0.0
+    assert training_mix(settings, store, "r1", 3, {"files": 2}, rl_samples=5).samples == []
+    settings.training.demonstrations = False
+    assert training_mix(settings, store, "r1", 1, {}, rl_samples=5).samples == []
