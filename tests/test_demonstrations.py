@@ -195,3 +195,29 @@ def test_first_learn_phase_warm_starts_later_ones_mix(settings: Settings, store:
     assert training_mix(settings, store, "r1", 3, {"files": 2}, rl_samples=5).samples == []
     settings.training.demonstrations = False
     assert training_mix(settings, store, "r1", 1, {}, rl_samples=5).samples == []
+
+
+@pytest.mark.slow
+def test_learn_trains_demonstrations_by_sft_only(store: Store, settings: Settings, tiny_model: Path) -> None:
+    """With training.method = grpo and no rollouts, the demonstrations alone are an SFT step: they never
+    become GRPO groups, and the checkpoint is written and synced as for any LEARN phase."""
+    from appliance.demonstrations import chat_tokenizer
+    from appliance.testing import FakeEngine
+    from appliance.training.learn import learn
+
+    settings.engine.model = tiny_model
+    settings.training.method = "grpo"
+    spec = synthesize("files", 2, 1, seed="learn")[0]
+    task = task_of(spec)
+    store.add_task(task)
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": f"Task: {spec.instruction}"},
+                {"role": "assistant", "content": command_block(spec.solution)},
+                {"role": "user", "content": "exit code 0\n(no output)"}, {"role": "assistant", "content": FINISH}]
+    store.add_demonstration(to_demonstration(messages, task, chat_tokenizer(tiny_model)))
+    samples = [d.to_sample() for d in store.demonstrations("r1")]
+    engine = FakeEngine()
+    result = learn(store, settings, engine, [], [], run_id="r1", iteration=1, demonstrations=samples)
+    assert engine.calls == ["pause", "sync"] and result.policy_version == 1
+    (step,) = result.steps
+    assert step["sft_steps"] >= 1 and step["sft_tokens"] == sum(samples[0].mask[1:])
+    assert "loss" not in step  # no GRPO step: demonstrations are never RL samples
