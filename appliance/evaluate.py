@@ -73,7 +73,10 @@ def learning_curve(store: Store, run_id: str) -> list[tuple[int, PassAt1]]:
     by_iter: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for e in store.evals(run_id):
         by_iter[e["iteration"]].append(e)
-    return [(it, pass_at_1(rows)) for it, rows in sorted(by_iter.items())]
+    tasks = dict(store.metric_series(run_id, "heldout_tasks"))  # step = iteration (evaluate_heldout writes them)
+    ks = dict(store.metric_series(run_id, "heldout_k"))
+    return [(it, pass_at_1(rows, k=int(ks.get(it, 1)), tasks=int(tasks.get(it, 0))))
+            for it, rows in sorted(by_iter.items())]
 
 
 def spread(tasks: list[Task]) -> list[Task]:
@@ -150,5 +153,5 @@ def evaluate_heldout(store: Store, settings: Settings, run_id: str, iteration: i
     result = pass_at_1([{"difficulty": lvl, "n": n, "passed": p} for (_, lvl), (n, p) in cells.items()],
                        k=k, tasks=len(chosen))
     store.add_metrics(run_id, iteration, {"heldout_pass@1": result.pass_at_1, "heldout_low": result.low,
-                                          "heldout_high": result.high, "heldout_tasks": float(len(chosen))})
+                                          "heldout_high": result.high, "heldout_tasks": float(len(chosen)), "heldout_k": float(k)})
     return result

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from appliance.config import Settings
 from appliance.curriculum import control, synthesize_round
 from appliance.loop import Loop
@@ -95,3 +97,64 @@ def test_self_proposal_only_when_turned_on(settings: Settings, store: Store) -> 
     assert len(asked) == 3 and made["made"]["proposal_parsed"] == 3 and made["made"]["proposed"] >= 1
     proposed = [t for t in store.tasks(lp.run.id) if t.source == "self_proposed"]
     assert proposed and all(t.status == TaskStatus.PROPOSED for t in proposed)
+
+
+@pytest.mark.slow
+def test_one_climbing_iteration_through_the_real_phases(sandbox_settings: Settings, tmp_path) -> None:
+    """SYNTHESIZE .. DIAGNOSE on real sandboxes, a policy that answers each task's reference solution, the
+    fake engine (training fails for want of a model: the loop goes on, as it does in production)."""
+    import json as _json
+
+    import httpx
+
+    from appliance.practice import Practice
+    from appliance.sandbox import SandboxPool
+    from appliance.testing import FakeEngine
+    from test_demonstrations import char_tokenize  # tests/test_demonstrations.py
+
+    settings = sandbox_settings.model_copy(deep=True)
+    settings.home = tmp_path / "home"
+    settings.engine.model = tmp_path / "no-model"
+    settings.loop.families = ["files"]
+    settings.loop.tasks_per_family = 2
+    settings.loop.group_size = 2
+    settings.loop.heldout_levels = [2]
+    settings.loop.heldout_per_cell = 1
+    settings.loop.analysis = False
+    settings.training.demo_warmstart_levels = [2]
+    settings.training.demo_warmstart_tasks = 1
+    settings.evaluation.samples_per_task = 2
+    store = Store(settings.db_path)
+    solutions: dict[str, str] = {}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        messages = _json.loads(request.content)["messages"]
+        task = messages[1]["content"].removeprefix("Task: ")
+        content = "DONE" if len(messages) > 2 else f"```bash\n{solutions.get(task, 'true')}\n```"
+        return httpx.Response(200, json={"choices": [{"message": {"role": "assistant", "content": content}}],
+                                         "usage": {"completion_tokens": 3}})
+
+    practice = Practice(settings, store, "127.0.0.1", 9, SandboxPool(settings, 2, sweep_orphans=False),
+                        log=lambda _: None, client_transport=httpx.MockTransport(answer))
+    lp = Loop(settings, store, FakeEngine(), practice, log=lambda _: None, chat_tokenizer=char_tokenize)
+    run = lp.run.id
+    for t in store.tasks(run):
+        solutions[t.spec["instruction"].strip()] = t.spec["solution"].strip()
+    while lp.tick():
+        for t in store.tasks(run):  # new tasks of each round: the policy "knows" their solutions
+            solutions[t.spec["instruction"].strip()] = t.spec["solution"].strip()
+        if store.iterations(run)[-1].index > 1:
+            break
+    its = store.iterations(run)
+    assert [i.status for i in its[:2]] == ["done", "done"], [(i.index, i.phase, i.error) for i in its]
+    demos = store.demonstrations(run)
+    assert {d.origin for d in demos} == {"reference"} and any(d.difficulty == 2 for d in demos)
+    report, md = store.report(run, 1)
+    assert report["evaluation"]["n"] == 2 and report["evaluation"]["k"] == 2  # one held-out task x k=2
+    assert "files" in report["decisions"] and "## Controller decisions" in md
+    assert report["capability"]["files"]["1"]["passed"] == report["capability"]["files"]["1"]["n"] > 0
+    events = [e.message for e in store.events(run)]
+    assert any("warm-start SFT on" in m for m in events), events
+    rollouts = store.rollouts(run, iteration=1, purpose="train")
+    assert rollouts and all(r.outcome == "success" for r in rollouts)
+    store.close()

@@ -67,5 +67,5 @@ def test_k_rollouts_per_task_infra_errors_are_no_evidence(settings: Settings, st
     assert result.by_level["2"]["pass_at_1"] == 1.0 and result.by_level["3"]["passed"] == 0
     assert f"{tasks[0].id}.eval0" in ran  # the first sample keeps the loop's old rollout id
     ((it, curve),) = learning_curve(store, "r")
-    assert it == 0 and (curve.passed, curve.n) == (result.passed, result.n)
+    assert it == 0 and (curve.passed, curve.n, curve.k, curve.tasks) == (result.passed, result.n, 3, 12)
     assert dict(store.metric_series("r", "heldout_low"))[0] == result.low
