@@ -111,7 +111,8 @@ def build_report(store: Store, run_id: str, iteration: int,
     proposed = [t for t in tasks.values() if t.source == "self_proposed" and t.split == "train"]
     report["self_proposal"] = {"proposed": len(proposed), **Counter(str(t.status) for t in proposed)}
     report["analysis"] = _analysis(report, generate_text)
-    verdict = analysis_quality(report["analysis"], sorted({*report["capability"], *family_rates}))
+    operations = {op for cells in report["capability"].values() for c in cells.values() for op in c["operations"]}
+    verdict = analysis_quality(report["analysis"], sorted({*report["capability"], *family_rates, *operations}))
     if generate_text is not None and verdict and not report["analysis"].startswith("("):
         report["analysis_withheld"] = {"text": report["analysis"][:500], "why": verdict}
         report["analysis"] = f"(the policy's analysis was withheld: {verdict})"
@@ -156,6 +157,11 @@ def capability(store: Store, rollouts: list[Rollout], tasks: dict[str, Any], *,
     for (family, level), rs in sorted(cells.items()):
         passed = sum(r.outcome == Outcome.SUCCESS for r in rs)
         failed = [r for r in rs if r.outcome != Outcome.SUCCESS]
+        ops: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # operation (spec.meta, where families name it)
+        for r in rs:
+            op = (tasks[r.task_id].spec.get("meta") or {}).get("operation") or family
+            ops[op][0] += 1
+            ops[op][1] += r.outcome == Outcome.SUCCESS
         modes = Counter(failure_mode(r) for r in failed)
         wrong: Counter[str] = Counter()
         example = None
@@ -167,7 +173,8 @@ def capability(store: Store, rollouts: list[Rollout], tasks: dict[str, Any], *,
                 example = {"task": instruction[:160], "ran": cmd}
         out[family][str(level)] = {"n": len(rs), "passed": passed, "pass_rate": passed / len(rs),
                                    "failure_modes": dict(modes), "wrong_commands": wrong.most_common(3),
-                                   "example": example}
+                                   "example": example,
+                                   "operations": {op: {"n": n, "passed": p} for op, (n, p) in sorted(ops.items())}}
     return dict(out)
 
 
@@ -262,6 +269,10 @@ def render_curriculum(report: dict[str, Any]) -> list[str]:
                     line += f"; failures: {modes}"
                 if c["wrong_commands"]:
                     line += "; typical wrong commands: " + ", ".join(f"`{cmd}` x{n}" for cmd, n in c["wrong_commands"])
+                weak_ops = [f"{op} {o['passed']}/{o['n']}" for op, o in (c.get("operations") or {}).items()
+                            if op != family and o["passed"] < o["n"]]
+                if weak_ops:
+                    line += "; operations not yet passing: " + ", ".join(weak_ops[:6])
                 lines.append(line)
                 if c.get("example"):
                     lines.append(f"  - e.g. \"{c['example']['task']}\" -> `{c['example']['ran']}`")
