@@ -153,7 +153,8 @@ class TrainingSettings(Section):
         [2, 3, 4], description="Levels of the demonstrations the first LEARN phase trains on (SFT) before any RL."
     )
     demo_warmstart_tasks: int = Field(
-        4, ge=0, description="Warm-start demonstration tasks per family and level (0 = no warm-start)."
+        8, ge=0, description="Warm-start demonstration tasks per family and level (0 = no warm-start); 8 x 3 levels "
+        "x the families is about the 288 demonstrations that moved independent shell chores from 0/96 to 7/96."
     )
     demo_warmstart_epochs: float = Field(2.0, gt=0, description="SFT epochs of the warm-start LEARN phase.")
     demo_mix_ratio: float = Field(
