@@ -47,7 +47,7 @@ from appliance.store import Store
 from appliance.tasks import TaskSpec, verify_workspace
 from appliance.tasks.validate import SandboxStarter, write_workspace
 
-REFERENCE, HINDSIGHT = "reference", "hindsight"
+REFERENCE, HINDSIGHT, SUCCESS = "reference", "hindsight", "success"
 FINISH = "DONE"  # the finishing turn the system prompt teaches
 HINT_MARK = "\n\nHint: "  # how the families' hint ladder appends a hint to the request
 HINT, UNHINTED = "hint", "unhinted_instruction"  # spec.meta: the hint rung ("tool", "partial"; None = bare request)
@@ -213,8 +213,11 @@ def unhinted_instruction(task: Task) -> str | None:
     return bare.instruction
 
 
-def relabel_hindsight(store: Store, run_id: str, iteration: int, tokenize: ChatTokenizer) -> int:
-    """Successful rollouts of hinted tasks in `iteration` -> demonstrations of the unhinted requests."""
+def relabel_hindsight(store: Store, run_id: str, iteration: int, tokenize: ChatTokenizer, *,
+                      keep_successes: bool = False) -> int:
+    """Successful rollouts of hinted tasks in `iteration` -> demonstrations of the unhinted requests; with
+    `keep_successes`, every other success too (origin "success"), so the policy's own wins stay in the
+    pool across iterations (deduplicated by conversation) instead of being trained once and forgotten."""
     tasks = {t.id: t for t in store.tasks(run_id, split=Split.TRAIN)}
     added = 0
     for r in store.rollouts(run_id, iteration=iteration, purpose="train"):
@@ -223,10 +226,13 @@ def relabel_hindsight(store: Store, run_id: str, iteration: int, tokenize: ChatT
             continue
         meta = task.spec.get("meta") or {}
         plain = unhinted_instruction(task) if meta.get(HINT) else None
-        if not plain:
-            continue
         messages = conversation(store, r.id)
         if not messages:
+            continue
+        if not plain:
+            if keep_successes:
+                added += store.add_demonstration(to_demonstration(messages, task, tokenize, origin=SUCCESS,
+                                                                  iteration=iteration))
             continue
         hinted = f"Task: {task.spec['instruction'].strip()}"
         relabelled = first_messages(plain)[1]["content"]
@@ -341,5 +347,7 @@ def training_mix(settings: Settings, store: Store, run_id: str, iteration: int, 
         unique = list({d.digest: d for d in demos}.values())
         return DemoMix(demonstration_samples(unique), True, warm)
     n = max(cfg.demo_mix_min, int(round(cfg.demo_mix_ratio * rl_samples))) if cfg.demo_mix_ratio > 0 else 0
-    picked = pick_demonstrations(store.demonstrations(run_id), frontier, n, seed=f"{run_id}:{iteration}")
+    # this iteration's own successes are trained from their exact tokens already: not again from the pool
+    pool = [d for d in store.demonstrations(run_id) if not (d.origin == SUCCESS and d.iteration == iteration)]
+    picked = pick_demonstrations(pool, frontier, n, seed=f"{run_id}:{iteration}")
     return DemoMix(demonstration_samples(picked), False, settings)

@@ -392,11 +392,11 @@ class Loop:
         """Hindsight relabels of this iteration's hinted successes, then what LEARN trains on besides RL."""
         if not self.settings.training.demonstrations:
             return DemoMix([], False, self.settings)
-        relabelled = relabel_hindsight(self.store, self.run.id, index, self._chat_tokenizer())
+        relabelled = relabel_hindsight(self.store, self.run.id, index, self._chat_tokenizer(), keep_successes=True)
         previous = self.store.report(self.run.id, index - 1)
         frontier = {f: int(v) for f, v in ((previous[0] if previous else {}).get("levels") or {}).items()}
         mix = training_mix(self.settings, self.store, self.run.id, index, frontier, rl_samples)
-        self.event("demonstrations", f"iteration {index}: {mix.describe()} ({relabelled} new hindsight)",
+        self.event("demonstrations", f"iteration {index}: {mix.describe()} ({relabelled} new from successes)",
                    warmstart=mix.warmstart, samples=len(mix.samples), hindsight=relabelled)
         return mix
 

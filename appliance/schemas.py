@@ -286,9 +286,9 @@ class Control:
 class Demonstration:
     """A verified conversation that solves a task, tokenized for SFT (training data only, never an RL sample).
 
-    `origin` is "reference" (the task's reference solution run through the built-in harness's formatting)
-    or "hindsight" (a successful rollout of a hinted task, relabelled as a demonstration of the unhinted
-    request). The ids come from the served model's chat template, so unlike RL samples they are
+    `origin` is "reference" (the task's reference solution run through the built-in harness's formatting),
+    "hindsight" (a successful rollout of a hinted task, relabelled as a demonstration of the unhinted
+    request) or "success" (a successful rollout kept for later iterations). The ids come from the served model's chat template, so unlike RL samples they are
     re-tokenized text: they never enter a GRPO batch or the `retokenized_tokens` count.
     """
 
@@ -296,7 +296,7 @@ class Demonstration:
     task_id: str | None
     family: str
     difficulty: int
-    origin: str  # "reference" | "hindsight"
+    origin: str  # "reference" | "hindsight" | "success"
     messages: list[dict[str, Any]]
     token_ids: list[int]
     mask: list[int]  # 1 on the assistant's tokens (trained), 0 elsewhere

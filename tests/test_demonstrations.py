@@ -119,6 +119,11 @@ def test_hindsight_relabels_a_hinted_success_as_the_plain_request(store: Store) 
     assert demo.messages[1]["content"] == "Task: Do the plain thing."
     assert demo.messages[-1]["content"] == "```bash\nls\n```"
     assert relabel_hindsight(store, "r1", 1, char_tokenize) == 0  # deduplicated
+    # kept successes: the unhinted task's win joins the pool as it was (the hinted one is already there)
+    assert relabel_hindsight(store, "r1", 1, char_tokenize, keep_successes=True) == 1
+    (kept,) = store.demonstrations("r1", origin="success")
+    assert kept.task_id == tasks[1].id and kept.messages[1]["content"] == f"Task: {tasks[1].spec['instruction']}"
+    assert relabel_hindsight(store, "r1", 1, char_tokenize, keep_successes=True) == 0
 
 
 def test_pick_leans_toward_the_frontier() -> None:
@@ -191,6 +196,18 @@ def test_first_learn_phase_warm_starts_later_ones_mix(settings: Settings, store:
     later = training_mix(settings, store, "r1", 2, {"files": 2}, rl_samples=5)
     assert not later.warmstart and len(later.samples) == max(settings.training.demo_mix_min, 5)
     assert later.settings is settings
+    spec = synthesize("text", 2, 1, seed="won")[0]
+    won = task_of(spec)
+    store.add_task(won)
+    mine = to_demonstration([{"role": "assistant", "content": "```bash\nls\n```"}], won, char_tokenize,
+                            origin="success", iteration=2)
+    store.add_demonstration(mine)
+    settings.training.demo_mix_min = 1000  # everything the pool offers
+    ids = {s.rollout_id for s in training_mix(settings, store, "r1", 2, {"files": 2}, rl_samples=0).samples}
+    mine_id = f"demo:{store.demonstrations('r1', origin='success')[0].id}"
+    assert mine_id not in ids  # trained from its exact tokens in its own iteration
+    assert mine_id in {s.rollout_id for s in training_mix(settings, store, "r1", 3, {}, rl_samples=0).samples}
+    settings.training.demo_mix_min = 8
     settings.training.demo_mix_ratio = 0.0
     assert training_mix(settings, store, "r1", 3, {"files": 2}, rl_samples=5).samples == []
     settings.training.demonstrations = False
