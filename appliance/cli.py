@@ -260,7 +260,6 @@ def run(ctx: click.Context, iterations: int | None, headless: bool) -> None:
     """Run the loop: synthesize, validate, practise, learn, evaluate, diagnose; resumes an unfinished run."""
     from appliance.app import run_appliance
     from appliance.lineage import start_label
-    from appliance.loop import learning_curve
     from appliance.store import Store
 
     settings = settings_of(ctx)
@@ -269,9 +268,11 @@ def run(ctx: click.Context, iterations: int | None, headless: bool) -> None:
                            log=lambda m: click.echo(m, err=True), progress=lambda m: click.echo(m, err=True))
     store = Store(settings.db_path)
     click.echo(f"run {run_id}: {store.get_run(run_id).status}")
-    click.echo("held-out learning curve (iteration: pass@1):")
-    for it, p, n in learning_curve(store, run_id):
-        click.echo(f"  {it}: {p:.1%} of {n}" + (f"  ({start_label(store, run_id)})" if it == 0 else ""))
+    from appliance.evaluate import learning_curve as curve_with_intervals
+
+    click.echo("held-out learning curve (iteration: pass@1 [95 % interval]):")
+    for it, p in curve_with_intervals(store, run_id):
+        click.echo(f"  {it}: {p.describe()}" + (f"  ({start_label(store, run_id)})" if it == 0 else ""))
 
 
 @main.command()

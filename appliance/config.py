@@ -158,6 +158,24 @@ class TrainingSettings(Section):
         "data-parallel workers through accelerate (one per GPU over NCCL, or gloo on the CPU), each step's whole "
         "groups sharded over them and gradients summed; 0 = one per visible GPU (1 without a GPU).",
     )
+    demonstrations: bool = Field(
+        True, description="Teacher-free demonstrations: each valid task's reference solution, run through the built-in "
+        "harness's formatting and verified, becomes an SFT sample (never an RL sample)."
+    )
+    demo_warmstart_levels: list[int] = Field(
+        [2, 3, 4], description="Levels of the demonstrations the first LEARN phase trains on (SFT) before any RL."
+    )
+    demo_warmstart_tasks: int = Field(
+        8, ge=0, description="Warm-start demonstration tasks per family and level (0 = no warm-start); 8 x 3 levels "
+        "x the families is about the 288 demonstrations that moved independent shell chores from 0/96 to 7/96."
+    )
+    demo_warmstart_epochs: float = Field(2.0, gt=0, description="SFT epochs of the warm-start LEARN phase.")
+    demo_mix_ratio: float = Field(
+        1.0, ge=0, description="Demonstrations mixed into each later LEARN phase's SFT, per RL sample of the phase "
+        "(0 = none); picked from the kept pool, weighted toward each family's frontier level."
+    )
+    demo_mix_min: int = Field(8, ge=0, description="Fewest demonstrations mixed into a later LEARN phase (when the "
+                              "pool has them), so an iteration without successes still learns.")
 
 
 class HarnessSettings(Section):
@@ -196,7 +214,10 @@ class LoopSettings(Section):
         (0.0, 1.0), description="Learnable band: tasks whose group pass rate lies strictly inside are trained on."
     )
     train_steps: int = Field(2, ge=1, description="GRPO optimizer steps per iteration (groups are dealt over them).")
-    heldout_levels: list[int] = Field([1, 2], description="Difficulty levels of the held-out evaluation set.")
+    heldout_levels: list[int] = Field(
+        [2, 3, 4], description="Difficulty levels of the held-out evaluation set (levels 2-4: the template-held-out "
+        "operations and phrasings, docs/TASKS.md)."
+    )
     heldout_per_cell: int = Field(2, ge=1, description="Held-out tasks per family x level (fixed at run start).")
     training_window: str | None = Field(
         None, description="Practise and train only inside this local time window, e.g. '22:00-06:00'; None = always."
@@ -207,6 +228,41 @@ class LoopSettings(Section):
         4, ge=0, description="Dynamic sampling: extra rollouts (at most, per task and iteration, drawn group_size "
         "at a time) for a task whose group scored all the same, so it has a non-zero advantage to learn from; 0 = off."
     )
+    controller: Literal["climb", "simple"] = Field(
+        "climb", description="Difficulty controller: climb = evidence pooled over a window with Wilson bounds, a level "
+        "mix (frontier, stretch, replay), demonstrations and k-sample held-out pass@1 with intervals; simple = "
+        "the first controller (one step on each report, split budget)."
+    )
+    controller_window: int = Field(
+        3, ge=1, description="Iterations of evidence the difficulty controller pools per family and level."
+    )
+    tasks_per_family: int = Field(
+        3, ge=1, description="Fewest training tasks per family and iteration (the controller sizes each round to "
+        "max(tasks_per_iteration, this x families))."
+    )
+    replay_share: float = Field(
+        0.25, ge=0, le=1, description="Share of each family's tasks that replay learnable, not yet mastered tasks of "
+        "earlier iterations (or mastered levels), instead of new ones."
+    )
+    stretch_share: float = Field(
+        0.25, ge=0, le=1, description="Share of each family's new tasks one level above its frontier (with hints "
+        "where the family offers them)."
+    )
+    propose: bool = Field(
+        False, description="Let the policy propose tasks during synthesis (appliance.tasks.propose). Off until "
+        "proposed task code is validated in isolation (issue 14): do not turn on before that lands."
+    )
+
+
+class EvaluationSettings(Section):
+    samples_per_task: int = Field(
+        2, ge=1, description="Rollouts per held-out task (k); pass@1 is the mean over all of them, with a 95 % Wilson interval."
+    )
+    budget_share: float = Field(
+        0.33, gt=0, le=1, description="Evaluation's share of an iteration's wall time: held-out tasks are cut (evenly "
+        "over families and levels) so the measured rollout time stays under this share of the last iteration."
+    )
+    min_tasks: int = Field(8, ge=1, description="Held-out tasks evaluated at least, whatever the budget says.")
 
 
 class ExternalHarnessSettings(Section):
@@ -265,6 +321,7 @@ class Settings(BaseSettings):
     training: TrainingSettings = Field(default_factory=TrainingSettings)
     harness: HarnessSettings = Field(default_factory=HarnessSettings)
     loop: LoopSettings = Field(default_factory=LoopSettings)
+    evaluation: EvaluationSettings = Field(default_factory=EvaluationSettings)
     harnesses: dict[str, ExternalHarnessSettings] = Field(
         default_factory=default_harnesses, description="Third-party harnesses run unmodified inside the sandbox."
     )

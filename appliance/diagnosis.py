@@ -107,7 +107,17 @@ def build_report(store: Store, run_id: str, iteration: int,
         "weak_families": weak,
     }
     report["model"] = _model(store, run_id, report["policy_version"])
+    report["band_levels"] = band_levels(tasks.values(), iteration)
+    report["capability"] = capability(store, train_rollouts, tasks)
+    report["demonstrations"] = store.demonstration_counts(run_id)
+    proposed = [t for t in tasks.values() if t.source == "self_proposed" and t.split == "train"]
+    report["self_proposal"] = {"proposed": len(proposed), **Counter(str(t.status) for t in proposed)}
     report["analysis"] = _analysis(report, generate_text)
+    operations = {op for cells in report["capability"].values() for c in cells.values() for op in c["operations"]}
+    verdict = analysis_quality(report["analysis"], sorted({*report["capability"], *family_rates, *operations}))
+    if generate_text is not None and verdict and not report["analysis"].startswith("("):
+        report["analysis_withheld"] = {"text": report["analysis"][:500], "why": verdict}
+        report["analysis"] = f"(the policy's analysis was withheld: {verdict})"
     return report, render_markdown(report)
 
 
@@ -119,6 +129,80 @@ def _model(store: Store, run_id: str, version: int | None) -> dict[str, Any]:
             "base_hash": lineage["content_hash"][:12] if lineage else None,
             "policy_version": version, "start": start_label(store, run_id),
             "describe": describe_version(store, version, lineage_id) if version is not None else "not evaluated"}
+def band_levels(tasks: Any, iteration: int) -> dict[str, dict[str, dict[str, int]]]:
+    """Band verdicts of this iteration's tasks per family and level (per iteration, not over the run)."""
+    out: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
+    for t in tasks:
+        if (t.split == "train" and (t.spec.get("meta") or {}).get("iteration") == iteration
+                and t.status in (TaskStatus.LEARNABLE, TaskStatus.TOO_EASY, TaskStatus.TOO_HARD)):
+            out[t.family][str(t.difficulty)][str(t.status)] += 1
+    return {f: {lvl: dict(c) for lvl, c in cells.items()} for f, cells in out.items()}
+
+
+def _first_command(store: Store, rollout_id: str) -> str | None:
+    from appliance.harness.actions import parse_action
+
+    for call in store.model_calls(rollout_id):
+        try:
+            message = call.response["choices"][0]["message"] if call.response else None
+        except (KeyError, IndexError, TypeError):
+            message = None
+        if message:
+            command = parse_action(message).command
+            if command:
+                return " ".join(command.split())[:120]
+    return None
+
+
+def capability(store: Store, rollouts: list[Rollout], tasks: dict[str, Any], *,
+               per_cell: int = 12) -> dict[str, dict[str, dict[str, Any]]]:
+    """Computed from the data, per family (operation) and level: pass rate, failure modes, the most common
+    wrong first commands, and one short example (a failed request and what the agent ran)."""
+    cells: dict[tuple[str, int], list[Rollout]] = defaultdict(list)
+    for r in rollouts:
+        task = tasks.get(r.task_id or "")
+        if task and r.purpose in ("train", "eval") and r.outcome not in (None, Outcome.INFRA_ERROR):
+            cells[(task.family, task.difficulty)].append(r)
+    out: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for (family, level), rs in sorted(cells.items()):
+        passed = sum(r.outcome == Outcome.SUCCESS for r in rs)
+        failed = [r for r in rs if r.outcome != Outcome.SUCCESS]
+        ops: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # operation (spec.meta, where families name it)
+        for r in rs:
+            op = (tasks[r.task_id].spec.get("meta") or {}).get("operation") or family
+            ops[op][0] += 1
+            ops[op][1] += r.outcome == Outcome.SUCCESS
+        modes = Counter(failure_mode(r) for r in failed)
+        wrong: Counter[str] = Counter()
+        example = None
+        for r in failed[:per_cell]:
+            cmd = _first_command(store, r.id)
+            wrong[cmd or "(no command)"] += 1
+            if example is None and cmd:
+                instruction = " ".join(tasks[r.task_id].spec.get("instruction", "").split())
+                example = {"task": instruction[:160], "ran": cmd}
+        out[family][str(level)] = {"n": len(rs), "passed": passed, "pass_rate": passed / len(rs),
+                                   "failure_modes": dict(modes), "wrong_commands": wrong.most_common(3),
+                                   "example": example,
+                                   "operations": {op: {"n": n, "passed": p} for op, (n, p) in sorted(ops.items())}}
+    return dict(out)
+
+
+def analysis_quality(text: str, names: list[str]) -> str | None:
+    """Why a policy-written analysis is not fit for the report, or None when it is: it must not repeat
+    itself (a sentence or an 8-word run said twice) and must name at least one real task family."""
+    words = text.lower().split()
+    if len(words) < 5:
+        return "too short"
+    sentences = [" ".join(x.split()) for x in text.lower().replace("!", ".").replace("?", ".").split(".") if x.strip()]
+    if len(sentences) != len(set(sentences)):
+        return "it repeats a sentence"
+    grams = [tuple(words[i:i + 8]) for i in range(max(0, len(words) - 7))]
+    if len(grams) != len(set(grams)):
+        return "it repeats itself"
+    if not any(n.lower() in text.lower() for n in names):
+        return "it names no task family it practised"
+    return None
 
 
 def _analysis(report: dict[str, Any], generate_text: Callable[[str], str] | None) -> str:
@@ -164,6 +248,46 @@ def render_markdown(report: dict[str, Any]) -> str:
     if report["band"]:
         lines += ["", "## Learnable band", ""]
         lines += [f"- {f}: " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())) for f, c in sorted(report["band"].items())]
+    lines += render_curriculum(report)
     lines += ["", "## Weakest families", "", ", ".join(report["weak_families"][:5]) or "n/a",
               "", "## The policy's own analysis", "", report["analysis"], ""]
     return "\n".join(lines)
+
+
+def render_curriculum(report: dict[str, Any]) -> list[str]:
+    """The report's sections on held-out intervals, the controller's decisions, demonstrations and capability."""
+    lines: list[str] = []
+    ev = report.get("evaluation")
+    if ev and ev.get("n"):
+        lines += ["", "## Held-out pass@1 with 95 % interval", "",
+                  f"{ev['pass_at_1']:.1%} [{ev['low']:.1%}, {ev['high']:.1%}] over {ev['n']} rollouts "
+                  f"({ev.get('tasks', '?')} tasks x k={ev.get('k', '?')})"]
+        for level, c in sorted((ev.get("by_level") or {}).items()):
+            lines.append(f"- L{level}: {c['passed']}/{c['n']} = {c['pass_at_1']:.0%} [{c['low']:.0%}, {c['high']:.0%}]")
+    if report.get("decisions"):
+        lines += ["", "## Controller decisions", ""]
+        lines += [f"- {f}: {d['reason']}" for f, d in sorted(report["decisions"].items())]
+    if (report.get("self_proposal") or {}).get("proposed"):
+        lines += ["", "## Self-proposal", "", ", ".join(f"{k} {v}" for k, v in report["self_proposal"].items())]
+    if report.get("demonstrations"):
+        lines += ["", "## Demonstrations", "",
+                  ", ".join(f"{k} {v}" for k, v in sorted(report["demonstrations"].items()))]
+    cap = report.get("capability") or {}
+    if cap:
+        lines += ["", "## Capability by family and level (computed)", ""]
+        for family in sorted(cap):
+            for level, c in sorted(cap[family].items(), key=lambda kv: int(kv[0])):
+                modes = ", ".join(f"{m} {n}" for m, n in sorted(c["failure_modes"].items(), key=lambda kv: -kv[1]))
+                line = f"- {family} L{level}: {c['passed']}/{c['n']} passed"
+                if modes:
+                    line += f"; failures: {modes}"
+                if c["wrong_commands"]:
+                    line += "; typical wrong commands: " + ", ".join(f"`{cmd}` x{n}" for cmd, n in c["wrong_commands"])
+                weak_ops = [f"{op} {o['passed']}/{o['n']}" for op, o in (c.get("operations") or {}).items()
+                            if op != family and o["passed"] < o["n"]]
+                if weak_ops:
+                    line += "; operations not yet passing: " + ", ".join(weak_ops[:6])
+                lines.append(line)
+                if c.get("example"):
+                    lines.append(f"  - e.g. \"{c['example']['task']}\" -> `{c['example']['ran']}`")
+    return lines

@@ -27,8 +27,19 @@ import httpx
 
 from appliance.config import Settings
 from appliance.control import answer_pending
+from appliance.curriculum import control, synthesize_round
+from appliance.demonstrations import (
+    ChatTokenizer,
+    DemoMix,
+    chat_tokenizer,
+    prepare_demonstrations,
+    relabel_hindsight,
+    training_mix,
+)
 from appliance.diagnosis import build_report, render_markdown
 from appliance.errors import ApplianceError, Interrupted
+from appliance.evaluate import evaluate_heldout
+from appliance.evaluate import learning_curve as learning_curve_with_intervals
 from appliance.practice import Practice, new_rollout, run_rollouts
 from appliance.schemas import (
     ControlCommand,
@@ -71,6 +82,7 @@ class Loop:
     engine: Engine
     practice: Practice
     log: Callable[[str], None] = print
+    chat_tokenizer: ChatTokenizer | None = None  # demonstrations' tokenizer; None = the served model's
 
     def __post_init__(self) -> None:
         self.families = self.settings.loop.families or list(FAMILIES)
@@ -160,9 +172,9 @@ class Loop:
         return True
 
     def _answer_controls(self) -> None:
-        for control in answer_pending(self.store, self.run.id, step=self._request_step,
+        for answered in answer_pending(self.store, self.run.id, step=self._request_step,
                                       stop_after_iteration=self._request_stop):
-            self.event("control", f"{control.command}: {control.result}")
+            self.event("control", f"{answered.command}: {answered.result}")
 
     def _request_step(self) -> None:
         self._step_pending = True
@@ -192,6 +204,12 @@ class Loop:
                 if t.spec.get("meta", {}).get("iteration") == index]
 
     def phase_synthesize(self, index: int) -> None:
+        if self.settings.loop.controller == "climb":  # appliance.curriculum: frontier, stretch and replay tasks
+            made = synthesize_round(self.store, self.settings, self.run.id, index, self.families,
+                                    self.generate_text if self.settings.loop.propose else None)
+            self.event("synthesize", f"iteration {index}: " + ", ".join(f"{v} {k}" for k, v in made["made"].items())
+                       + " tasks", levels=made["levels"], plan=made["plan"])
+            return
         previous = self.store.report(self.run.id, index - 1)
         report = previous[0] if previous else None
         levels = (report or {}).get("levels") or {f: 1 for f in self.families}
@@ -232,6 +250,11 @@ class Loop:
         self._validate(pending)
         valid = len(self._iteration_tasks(index, TaskStatus.VALID))
         self.event("validate", f"iteration {index}: {valid} of {len(pending)} tasks valid")
+        if self.settings.training.demonstrations:
+            made = prepare_demonstrations(self.settings, self.store, self.run.id, index, self._chat_tokenizer(),
+                                          self.families, start=self.practice.pool.start)
+            self._check_stopping("demonstrations")
+            self.event("demonstrations", f"iteration {index}: {made.added} new demonstrations", **made.as_dict())
 
     def _run_pending(self, work: list[tuple[TaskSpec, str]]) -> None:
         """Run the rollouts named in `work` that are not finished; requeue those a crash interrupted."""
@@ -307,9 +330,10 @@ class Loop:
         from appliance.training.data import samples_of
 
         samples = samples_of(self.store, rollouts)  # a rollout whose samples are missing is rebuilt
+        mix = self._demonstration_mix(index, len(samples))
         try:
-            result = learn(self.store, self.settings, self.engine, rollouts, samples, run_id=self.run.id,
-                           iteration=index, steps=self.settings.loop.train_steps)
+            result = learn(self.store, mix.settings, self.engine, rollouts, samples, run_id=self.run.id,
+                           iteration=index, steps=self.settings.loop.train_steps, demonstrations=mix.samples)
         except ApplianceError as e:  # a failed sync keeps the old weights serving; the run goes on
             self._check_stopping("training")
             self.event("error", f"iteration {index}: training did not produce new weights: {e.message}")
@@ -322,6 +346,13 @@ class Loop:
         proposed = [t for t in heldout if t.status == TaskStatus.PROPOSED]
         if proposed:
             self._validate(proposed)
+        if self.settings.evaluation.samples_per_task > 1 or self.settings.loop.controller == "climb":
+            result = evaluate_heldout(self.store, self.settings, self.run.id, index, self.engine.policy_version,
+                                      harness=self.settings.loop.harness, run_pending=self._run_pending,
+                                      new_rollout=new_rollout)
+            self.event("evaluate", f"iteration {index}: held-out pass@1 {result.describe()} over {result.tasks} "
+                       f"tasks x {result.k} at policy version {self.engine.policy_version}")
+            return
         tasks = self.store.tasks(self.run.id, split=Split.HELDOUT, status=TaskStatus.VALID)
         version = self.engine.policy_version
         work = []
@@ -354,6 +385,17 @@ class Loop:
         if index > 0:
             levels = next_levels(report, {f: levels.get(f, 1) for f in self.families})
         report["levels"] = levels  # what the next synthesis uses
+        if self.settings.loop.controller == "climb":  # iteration 0 plans too
+            report.update(control(self.store, self.run.id, index, self.families, report, self.settings))
+            curve = learning_curve_with_intervals(self.store, self.run.id)
+            report["evaluation"] = curve[-1][1].as_dict() if curve and curve[-1][0] == index else None
+            report["curve"] = [{"iteration": it, **p.as_dict()} for it, p in curve]
+            report_md = render_markdown(report)
+            self.store.save_report(self.run.id, index, report, report_md)
+            ev = report["evaluation"]
+            said = f"{ev['pass_at_1']:.1%} [{ev['low']:.1%}, {ev['high']:.1%}]" if ev else "n/a"
+            self.event("diagnose", f"iteration {index}: report saved (held-out pass@1 {said})")
+            return
         self.store.save_report(self.run.id, index, report, render_markdown(report))
         p = report["heldout_pass_at_1"]
         self.event("diagnose", f"iteration {index}: report saved (held-out pass@1 {'n/a' if p is None else f'{p:.1%}'})")
@@ -365,6 +407,24 @@ class Loop:
         r = httpx.post(f"{self.engine.base_url}/v1/chat/completions", json=body, timeout=300)
         r.raise_for_status()
         return r.json()["choices"][0]["message"]["content"] or ""
+
+    # --- demonstrations (appliance.demonstrations) -----------------------------------------------
+    def _chat_tokenizer(self) -> ChatTokenizer:
+        if getattr(self, "_tokenize", None) is None:
+            self._tokenize = self.chat_tokenizer or chat_tokenizer(self.settings.model_path)
+        return self._tokenize
+
+    def _demonstration_mix(self, index: int, rl_samples: int) -> DemoMix:
+        """Hindsight relabels of this iteration's hinted successes, then what LEARN trains on besides RL."""
+        if not self.settings.training.demonstrations:
+            return DemoMix([], False, self.settings)
+        relabelled = relabel_hindsight(self.store, self.run.id, index, self._chat_tokenizer(), keep_successes=True)
+        previous = self.store.report(self.run.id, index - 1)
+        frontier = {f: int(v) for f, v in ((previous[0] if previous else {}).get("levels") or {}).items()}
+        mix = training_mix(self.settings, self.store, self.run.id, index, frontier, rl_samples)
+        self.event("demonstrations", f"iteration {index}: {mix.describe()} ({relabelled} new from successes)",
+                   warmstart=mix.warmstart, samples=len(mix.samples), hindsight=relabelled)
+        return mix
 
 
 def extra_draws_for(rewards: list[float], group_size: int, max_extra: int, drawn: int | None = None) -> int:

@@ -281,3 +281,32 @@ class Control:
     result: str | None
     created_at: float
     acked_at: float | None = None
+
+
+@dataclass(slots=True)
+class Demonstration:
+    """A verified conversation that solves a task, tokenized for SFT (training data only, never an RL sample).
+
+    `origin` is "reference" (the task's reference solution run through the built-in harness's formatting),
+    "hindsight" (a successful rollout of a hinted task, relabelled as a demonstration of the unhinted
+    request) or "success" (a successful rollout kept for later iterations). The ids come from the served model's chat template, so unlike RL samples they are
+    re-tokenized text: they never enter a GRPO batch or the `retokenized_tokens` count.
+    """
+
+    run_id: str | None
+    task_id: str | None
+    family: str
+    difficulty: int
+    origin: str  # "reference" | "hindsight" | "success"
+    messages: list[dict[str, Any]]
+    token_ids: list[int]
+    mask: list[int]  # 1 on the assistant's tokens (trained), 0 elsewhere
+    digest: str  # sha256 of the messages: one row per distinct conversation and run
+    iteration: int | None = None
+    id: int | None = None
+    created_at: float = field(default_factory=now)
+
+    def to_sample(self) -> Sample:
+        """The SFT sample (`appliance.training.sft` reads only token_ids and mask)."""
+        return Sample(f"demo:{self.id if self.id is not None else self.digest[:12]}", None, 0, list(self.token_ids),
+                      list(self.mask), [0.0] * len(self.token_ids), 1.0, -1)

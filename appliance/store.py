@@ -32,6 +32,7 @@ from appliance.schemas import (
     Control,
     ControlCommand,
     ControlStatus,
+    Demonstration,
     EngineState,
     Event,
     Iteration,
@@ -202,6 +203,25 @@ def m006_lineage(db: sqlite_utils.Database) -> None:
         BEGIN UPDATE runs SET lineage_id = (SELECT lineage_id FROM engine WHERE id = 1) WHERE id = NEW.id; END;
         CREATE TRIGGER checkpoints_lineage AFTER INSERT ON checkpoints WHEN NEW.lineage_id IS NULL
         BEGIN UPDATE checkpoints SET lineage_id = (SELECT lineage_id FROM engine WHERE id = 1) WHERE id = NEW.id; END;
+        """
+    )
+
+
+@migrations()
+def m007_demonstrations(db: sqlite_utils.Database) -> None:
+    # Demonstrations: verified conversations tokenized for SFT (appliance.demonstrations). A table of
+    # their own, not rows in `samples`: samples are exact engine tokens keyed by rollout and feed GRPO;
+    # demonstrations are re-tokenized text and only ever feed SFT. Never of a held-out task.
+    db.executescript(
+        """
+        CREATE TABLE demonstrations (
+            id INTEGER PRIMARY KEY, run_id TEXT, task_id TEXT, family TEXT NOT NULL, difficulty INTEGER NOT NULL,
+            origin TEXT NOT NULL, iteration INTEGER, digest TEXT NOT NULL, messages TEXT NOT NULL,
+            token_ids BLOB NOT NULL, mask BLOB NOT NULL, created_at REAL NOT NULL, UNIQUE (run_id, digest));
+        CREATE INDEX demonstrations_by_run ON demonstrations (run_id, difficulty, family);
+        CREATE TRIGGER heldout_not_demonstrated BEFORE INSERT ON demonstrations
+        WHEN NEW.task_id IN (SELECT id FROM tasks WHERE split = 'heldout')
+        BEGIN SELECT RAISE(ABORT, 'held-out task used in a demonstration'); END;
         """
     )
 
@@ -926,6 +946,42 @@ class Store:
         tables = ["runs", "iterations", "tasks", "rollouts", "model_calls", "samples", "events"]
         return {t: self._one(f"SELECT COUNT(*) FROM {t}")[0] for t in tables}
 
+
+    # --- demonstrations (SFT data only; see appliance.demonstrations) -------------------------------
+    def add_demonstration(self, demo: Demonstration) -> bool:
+        """Insert a demonstration; False when the run already has this conversation (same digest)."""
+        with self.write() as c:
+            cur = c.execute(
+                "INSERT OR IGNORE INTO demonstrations (run_id, task_id, family, difficulty, origin, iteration, digest,"
+                " messages, token_ids, mask, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (demo.run_id, demo.task_id, demo.family, demo.difficulty, demo.origin, demo.iteration, demo.digest,
+                 _json(demo.messages), pack_ints(demo.token_ids), pack_ints(demo.mask), demo.created_at))
+            return cur.rowcount > 0
+
+    def demonstrations(self, run_id: str | None, *, levels: Iterable[int] | None = None,
+                       origin: str | None = None) -> list[Demonstration]:
+        sql, args = "SELECT * FROM demonstrations WHERE run_id IS ?", [run_id]
+        if levels is not None:
+            lv = sorted(set(levels))
+            sql += f" AND difficulty IN ({','.join('?' * len(lv))})"
+            args += lv
+        if origin is not None:
+            sql += " AND origin = ?"
+            args.append(origin)
+        rows = self.conn.execute(sql + " ORDER BY id", args)
+        return [Demonstration(r["run_id"], r["task_id"], r["family"], r["difficulty"], r["origin"],
+                              json.loads(r["messages"]), unpack_ints(r["token_ids"]), unpack_ints(r["mask"]),
+                              r["digest"], r["iteration"], r["id"], r["created_at"]) for r in rows]
+
+    def demonstrated_task_ids(self, run_id: str | None) -> set[str]:
+        rows = self.conn.execute("SELECT DISTINCT task_id FROM demonstrations WHERE run_id IS ?", (run_id,))
+        return {r[0] for r in rows if r[0]}
+
+    def demonstration_counts(self, run_id: str | None) -> dict[str, int]:
+        """Demonstrations per origin ("reference", "hindsight")."""
+        rows = self.conn.execute("SELECT origin, COUNT(*) FROM demonstrations WHERE run_id IS ? GROUP BY origin",
+                                 (run_id,))
+        return {r[0]: r[1] for r in rows}
 
 def _iteration(r: sqlite3.Row) -> Iteration:
     return Iteration(r["id"], r["run_id"], r["idx"], Phase(r["phase"]), IterationStatus(r["status"]),

@@ -42,4 +42,9 @@ def small_run_env(sandbox_settings: Settings, home: Path, tiny_model: Path) -> d
         "APPLIANCE_HARNESS__MAX_TURNS": "2",
         "APPLIANCE_HARNESS__MAX_TOKENS_PER_CALL": "24",
         "APPLIANCE_TRAINING__MIN_VALID_ROLLOUTS": "2",
+        # the curriculum at its smallest: one warm-start demonstration per level, one sample per held-out task
+        "APPLIANCE_TRAINING__DEMO_WARMSTART_TASKS": "1",
+        "APPLIANCE_TRAINING__DEMO_WARMSTART_LEVELS": "[2]",
+        "APPLIANCE_LOOP__TASKS_PER_FAMILY": "2",
+        "APPLIANCE_EVALUATION__SAMPLES_PER_TASK": "1",
     }

@@ -53,3 +53,36 @@ def test_failure_mode_defaults() -> None:
     assert failure_mode(r) == "turn_limit"
     r.outcome = Outcome.SUCCESS
     assert failure_mode(r) is None
+
+
+def test_capability_is_computed_per_operation_and_the_analysis_is_gated(store: Store) -> None:
+    from appliance.diagnosis import analysis_quality, capability
+    from appliance.schemas import ModelCall, Outcome, Rollout, RolloutStatus, Split, Task, TaskStatus
+
+    store.create_run("r", {})
+    task = Task("r.t1", "r", "text", 2, "procedural", Split.TRAIN, TaskStatus.VALID,
+                {"id": "t1", "instruction": "Count the lines of notes.txt into n.txt.", "meta": {"operation": "wc-lines"}})
+    store.add_task(task)
+    for i, (outcome, answer) in enumerate([(Outcome.FAILURE, "```bash\nwc -l < X > Y\n```"),
+                                           (Outcome.FAILURE, "```bash\nwc -l < X > Y\n```"),
+                                           (Outcome.SUCCESS, "```bash\nwc -l < notes.txt > n.txt\n```")]):
+        rid = f"ro{i}"
+        store.add_rollout(Rollout(rid, "r", task.id, "g", 1, "builtin", 0, RolloutStatus.PENDING, "train"))
+        store.start_rollout(rid)
+        store.add_model_call(ModelCall(None, rid, 0, "ok", {"messages": []},
+                                       {"choices": [{"message": {"role": "assistant", "content": answer}}]},
+                                       [1], [2], [0.0], 0, 0.1))
+        store.finish_rollout(rid, outcome, float(outcome == Outcome.SUCCESS),
+                             error=None if outcome == Outcome.SUCCESS else "wrong_answer: verifier failed")
+    cap = capability(store, store.rollouts("r"), {task.id: task})
+    cell = cap["text"]["2"]
+    assert (cell["n"], cell["passed"]) == (3, 1) and cell["failure_modes"] == {"wrong_answer": 2}
+    assert cell["wrong_commands"] == [("wc -l < X > Y", 2)]
+    assert cell["example"] == {"task": "Count the lines of notes.txt into n.txt.", "ran": "wc -l < X > Y"}
+    assert cell["operations"] == {"wc-lines": {"n": 3, "passed": 1}}
+
+    repeated = ("I'm currently working on a project that requires me to review my own practice results. " * 3)
+    assert analysis_quality(repeated, ["text"]) == "it repeats a sentence"
+    assert analysis_quality("I am weakest at git branches and should practise merges next.", ["text", "data"]) \
+        == "it names no task family it practised"
+    assert analysis_quality("I fail wc-lines in text tasks: I write the example command instead.", ["text"]) is None

@@ -143,13 +143,23 @@ def _reply(action: Action, text: str) -> list[dict[str, Any]]:
         {"role": "tool", "tool_call_id": i, "content": "Not run: one command per turn."} for i in rest]
 
 
+def first_messages(task_instruction: str) -> list[dict[str, Any]]:
+    """The conversation an episode starts from: the system prompt and the task (demonstrations reuse it)."""
+    return [{"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": f"Task: {task_instruction.strip()}"}]
+
+
+def observation_messages(action: Action, observation: str) -> list[dict[str, Any]]:
+    """The message(s) that carry a command's formatted output back to the model."""
+    return _reply(action, observation)
+
+
 def run_builtin(task_instruction: str, shell: Shell, client_config: ClientConfig, limits: Limits | None = None, *,
                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> Episode:
     """Run one episode of the built-in agent on `task_instruction` in `shell`; never raises for the model's
     or the sandbox's failures (they are end reasons), only for bugs."""
     limits = limits or Limits()
-    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT},
-                                      {"role": "user", "content": f"Task: {task_instruction.strip()}"}]
+    messages = first_messages(task_instruction)
     episode = Episode(EndReason.TURN_LIMIT, 0, messages)
     model = _Model(client_config, limits, sleep)
     start = clock()

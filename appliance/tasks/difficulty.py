@@ -9,6 +9,7 @@ otherwise. Weak families get more of the synthesis budget; a family with no data
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from appliance.tasks.families import FAMILIES
@@ -69,3 +70,157 @@ def plan(report: dict[str, Any] | None, current: dict[str, int], total: int,
     levels = next_levels(report, current, band)
     budget = split_budget(report, total, list(current))
     return [(f, levels[f], budget[f]) for f in current if budget[f] > 0]
+
+
+# --- the climbing controller -----------------------------------------------------------------------
+# Evidence is pooled per family and level over the last `window` reports (each report's own `train`
+# cells and `band_levels` counts: per iteration, never cumulative over the run), and judged with a
+# Wilson 95 % interval, so 4 lucky or unlucky rollouts at T=0.7 do not move a family. A family climbs
+# when the lower bound at its frontier clears `master`; it never goes back below the level after its
+# highest mastered one (a failing frontier gets hinted stretch tasks, demonstrations and replay instead
+# of a cliff back to level 1). Infra errors are not evidence (the report's cells exclude them).
+
+Z95 = 1.959964
+MASTER_LOWER = 0.5  # the frontier is mastered when the 95 % lower bound of its pass rate reaches this
+MAX_LEVEL = 5
+
+
+def wilson(passed: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval of a pass rate (95 % by default); (0, 1) without evidence."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = passed / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass
+class Decision:
+    """One family's move, with the evidence and the reason the report prints."""
+
+    family: str
+    before: int
+    level: int  # the frontier for the next round
+    mastered: int  # highest level mastered so far (0 = none)
+    n: int
+    passed: int
+    low: float
+    high: float
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def pooled(reports: list[dict[str, Any]], family: str, level: int, key: str = "train") -> tuple[int, int]:
+    """(n, passed) of a family at a level summed over `reports` (oldest first, any number)."""
+    n = passed = 0
+    for r in reports:
+        cell = ((r or {}).get(key) or {}).get(family, {}).get(str(level))
+        if cell and cell.get("n"):
+            n += int(cell["n"])
+            passed += int(cell.get("passed", round(cell.get("pass_rate", 0) * cell["n"])))
+    return n, passed
+
+
+def _band(reports: list[dict[str, Any]], family: str, level: int) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in reports:
+        for k, v in ((r or {}).get("band_levels") or {}).get(family, {}).get(str(level), {}).items():
+            out[k] = out.get(k, 0) + int(v)
+    return out
+
+
+def decide(reports: list[dict[str, Any]], current: dict[str, int], mastered: dict[str, int], *,
+           window: int = 3, master: float = MASTER_LOWER, min_n: int = MIN_EVIDENCE) -> dict[str, Decision]:
+    """Each family's next frontier from the last `window` reports (the newest last)."""
+    recent = [r for r in reports if r][-window:]
+    its = [r.get("iteration") for r in recent if r.get("iteration") is not None]
+    span = (f"iteration {its[0]}" if len(its) == 1 else f"iterations {its[0]}-{its[-1]}") if its else "no iterations"
+    out = {}
+    for family, level in current.items():
+        floor = mastered.get(family, 0)
+        n, passed = pooled(recent, family, level)
+        source = "practice"
+        if not n:  # the baseline (iteration 0) has only the held-out evaluation
+            n, passed = pooled(recent, family, level, "heldout")
+            source = "held-out"
+        low, high = wilson(passed, n)
+        band = _band(recent, family, level)
+        all_easy = band.get("too_easy", 0) >= 3 and not band.get("learnable") and not band.get("too_hard")
+        evidence = (f"{passed}/{n} {source} rollouts at L{level} over {span} "
+                    f"(95 % interval {low:.2f}-{high:.2f})") if n else f"no rollouts at L{level} over {span}"
+        if (n >= min_n and low >= master) or all_easy:
+            floor = max(floor, level)
+            nxt = min(MAX_LEVEL, level + 1)
+            why = f"lower bound {low:.2f} >= {master:.2f}" if n >= min_n and low >= master else \
+                f"all {band['too_easy']} tasks too easy"
+            reason = (f"mastered L{level} ({evidence}; {why}): " +
+                      (f"moves up to L{nxt}" if nxt > level else "stays at the top level"))
+        elif n < min_n:
+            nxt, reason = level, f"stays at L{level}: too little evidence ({evidence}; needs {min_n})"
+        else:
+            nxt = max(level, min(MAX_LEVEL, floor + 1))
+            stuck = passed == 0 or high < 0.2
+            reason = (f"stays at L{level}: not yet mastered ({evidence}); " +
+                      ("nothing passes yet: hinted tasks, demonstrations and replay of mastered levels"
+                       if stuck else "learnable: more practice at this level"))
+            if floor:
+                reason += f"; never below L{min(MAX_LEVEL, floor + 1)} (L{floor} mastered)"
+        out[family] = Decision(family, level, nxt, floor, n, passed, low, high, reason)
+    return out
+
+
+@dataclass
+class RoundPlan:
+    """What one synthesis round makes per family: new tasks at the frontier, stretch tasks one level up
+    (hinted where the family offers hints) and replays of earlier tasks."""
+
+    family: str
+    level: int
+    new: int
+    stretch: int
+    replay: int
+
+    @property
+    def total(self) -> int:
+        return self.new + self.stretch + self.replay
+
+
+def size_round(families: list[str], levels: dict[str, int], *, tasks_per_iteration: int, per_family: int = 3,
+               stretch_share: float = 0.25, replay_share: float = 0.25,
+               replay_available: dict[str, int] | None = None) -> list[RoundPlan]:
+    """Tasks per family: at least `per_family`, the iteration's total spread evenly; of each family's share,
+    `stretch_share` one level above the frontier (none at the top) and `replay_share` replayed (as far as
+    the pool has tasks), the rest new at the frontier."""
+    if not families:
+        return []
+    each = max(per_family, -(-tasks_per_iteration // len(families)))
+    out = []
+    for f in families:
+        level = levels.get(f, 1)
+        stretch = round(each * stretch_share) if level < MAX_LEVEL else 0
+        replay = min(round(each * replay_share), (replay_available or {}).get(f, 0))
+        new = max(1, each - stretch - replay)
+        out.append(RoundPlan(f, level, new, stretch, replay))
+    return out
+
+
+def replay_pool(tasks: list[Any], levels: dict[str, int]) -> dict[str, list[Any]]:
+    """Per family, the tasks worth practising again: the latest copy of each task (by spec id) still
+    `learnable` at or below the frontier, frontier level first. A task whose latest practice was too easy is
+    mastered and leaves the pool; too hard ones wait until the frontier reaches them."""
+    latest: dict[str, Any] = {}
+    for t in sorted(tasks, key=lambda t: (t.created_at, t.id)):
+        if str(t.split) != "train" or str(t.status) not in ("learnable", "too_easy", "too_hard"):
+            continue
+        latest[t.spec["id"]] = t
+    out: dict[str, list[Any]] = {}
+    for t in latest.values():
+        if str(t.status) == "learnable" and t.difficulty <= levels.get(t.family, 1):
+            out.setdefault(t.family, []).append(t)
+    for f in out:
+        out[f].sort(key=lambda t: (-t.difficulty, -(t.pass_rate or 0.0), t.id))
+    return out

@@ -23,7 +23,6 @@ from appliance.store import Store
 from appliance.tasks.families import FAMILIES, all_ops, synthesize
 from appliance.tasks.format import TaskSpec
 
-
 HELDOUT_LEVELS = (2, 3, 4)
 
 

@@ -90,8 +90,12 @@ def split_groups(batch: GroupedBatch, steps: int) -> list[GroupedBatch]:
 
 
 def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: list[Rollout], samples: list[Sample],
-          *, run_id: str | None, iteration: int | None, steps: int = 1) -> LearnResult:
-    """Train on the rollouts' samples while the engine is paused; returns the new policy version and metrics."""
+          *, run_id: str | None, iteration: int | None, steps: int = 1,
+          demonstrations: list[Sample] | None = None) -> LearnResult:
+    """Train on the rollouts' samples while the engine is paused; returns the new policy version and metrics.
+
+    `demonstrations` (appliance.demonstrations) are SFT-only samples, trained with the successes whatever
+    training.method says; they never enter the GRPO groups."""
     from appliance.training.multiprocess import resolve_processes
     from appliance.training.sft import successful_samples
 
@@ -101,6 +105,7 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
     batch = build_groups(rollouts, samples, min_valid_rollouts=cfg.min_valid_rollouts,
                          scale_rewards=cfg.scale_rewards and cfg.loss_type != "dr_grpo", keep_zero_std=cfg.beta != 0.0)
     sft_samples = successful_samples(rollouts, samples) if cfg.method in ("sft", "both") else []
+    sft_samples += list(demonstrations or [])
     result = LearnResult(engine.policy_version, None)
     timings = result.timings
     # a run that continues from a trained policy (its first LEARN phase) trains on from the version served

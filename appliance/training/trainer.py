@@ -29,7 +29,6 @@ from appliance.errors import ApplianceError
 from appliance.schemas import Sample
 from appliance.training.advantages import GroupedBatch
 from appliance.training.distributed import all_reduce_grads, broadcast_params, gather_partials, shard_groups, world
-from appliance.trajectories import truncation
 from appliance.training.loss import (
     Normaliser,
     PackedBatch,
@@ -39,6 +38,7 @@ from appliance.training.loss import (
     policy_loss,
     token_logps,
 )
+from appliance.trajectories import truncation
 
 OPTIMIZER_FILE = "trainer/optimizer.pt"
 

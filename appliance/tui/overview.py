@@ -132,8 +132,12 @@ def curves(store: Store, run_id: str, counts: dict[str, int]) -> str:
     infra = [v for _, v in store.metric_tail(run_id, "infra_error_rate", CURVE_POINTS)]
     if not infra and counts.get("finished"):
         infra = [counts.get("infra_error", 0) / counts["finished"]]
+    from appliance.evaluate import learning_curve
+
+    measured = learning_curve(store, run_id)
+    interval = f" [{measured[-1][1].low:.2f}-{measured[-1][1].high:.2f}] n={measured[-1][1].n}" if measured else ""
     return "\n".join([
-        curve_line("held-out pass@1", heldout, "{:.2f}"),
+        curve_line("held-out pass@1", heldout, "{:.2f}") + interval,
         curve_line("reward mean", reward, "{:.2f}"),
         curve_line("loss", [v for _, v in store.metric_tail(run_id, "loss", CURVE_POINTS)], "{:.3f}"),
         curve_line("infra-error rate", infra, "{:.1%}"),

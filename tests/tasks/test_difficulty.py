@@ -57,3 +57,78 @@ def test_agent_based_band(store) -> None:  # noqa: ANN001
     assert record_band(store, "t1", 4, 4) == TaskStatus.TOO_EASY
     t = store.get_task("t1")
     assert (t.status, t.pass_rate) == (TaskStatus.TOO_EASY, 1.0)
+
+
+# --- the climbing controller -------------------------------------------------------------------------
+from appliance.tasks.difficulty import decide, replay_pool, size_round, wilson  # noqa: E402
+
+
+def train(iteration: int, cells: dict, band_levels: dict | None = None) -> dict:
+    return {"iteration": iteration, "train": {f: {str(lvl): cell(n, p) for lvl, (n, p) in c.items()}
+                                              for f, c in cells.items()}, "band_levels": band_levels or {}}
+
+
+def test_wilson_matches_known_values() -> None:
+    low, high = wilson(8, 10)
+    assert abs(low - 0.4902) < 1e-3 and abs(high - 0.9433) < 1e-3
+    assert wilson(0, 0) == (0.0, 1.0)
+    assert wilson(12, 12)[0] > 0.75 and wilson(0, 12)[1] < 0.25
+
+
+def test_evidence_is_pooled_over_the_window_and_judged_by_the_lower_bound() -> None:
+    # 4/4 at T=0.7 is not mastery (lower bound 0.51 > 0.5 would be; here 3/4 twice is not)...
+    one = [train(1, {"files": {1: (4, 3)}})]
+    assert decide(one, {"files": 1}, {})["files"].level == 1
+    # ... but the same rate pooled over three iterations is
+    three = [train(i, {"files": {1: (4, 4) if i != 2 else (4, 3)}}) for i in (1, 2, 3)]
+    d = decide(three, {"files": 1}, {}, window=3)["files"]
+    assert (d.level, d.mastered, d.n, d.passed) == (2, 1, 12, 11)
+    assert "mastered L1" in d.reason and "iterations 1-3" in d.reason and "moves up to L2" in d.reason
+    # the window drops old evidence
+    assert decide(three, {"files": 1}, {}, window=1)["files"].n == 4
+
+
+def test_never_demoted_below_a_mastered_level_and_the_reason_says_why() -> None:
+    failing = [train(4, {"text": {2: (12, 0)}})]
+    d = decide(failing, {"text": 2}, {"text": 1})["text"]
+    assert d.level == 2 and d.mastered == 1
+    assert "nothing passes yet" in d.reason and "never below L2" in d.reason
+    assert decide([train(1, {"text": {1: (2, 2)}})], {"text": 1}, {})["text"].reason.startswith(
+        "stays at L1: too little evidence")
+
+
+def test_per_level_band_counts_and_heldout_fallback_for_iteration_0() -> None:
+    easy = train(2, {}, {"git": {"3": {"too_easy": 3}}})
+    assert decide([easy], {"git": 3}, {"git": 2})["git"].level == 4
+    mixed = train(2, {}, {"git": {"3": {"too_easy": 3, "learnable": 1}}})
+    assert decide([mixed], {"git": 3}, {"git": 2})["git"].level == 3
+    baseline = {"iteration": 0, "heldout": {"data": {"1": cell(8, 8)}}}
+    d = decide([baseline], {"data": 1}, {})["data"]
+    assert d.level == 2 and "held-out" in d.reason and "iteration 0" in d.reason
+
+
+def test_round_is_sized_to_the_families_with_a_level_mix() -> None:
+    fams = ["files", "text", "data", "git"]
+    plan = size_round(fams, {"files": 1, "text": 2, "data": 5, "git": 1}, tasks_per_iteration=8, per_family=4,
+                      stretch_share=0.25, replay_share=0.25, replay_available={"files": 5, "text": 0})
+    by = {p.family: p for p in plan}
+    assert all(p.total >= 3 for p in plan)
+    assert (by["files"].new, by["files"].stretch, by["files"].replay) == (2, 1, 1)
+    assert (by["text"].new, by["text"].stretch, by["text"].replay) == (3, 1, 0)  # nothing to replay
+    assert by["data"].stretch == 0  # nothing above level 5
+    assert sum(p.total for p in size_round(fams, {}, tasks_per_iteration=40)) >= 40
+
+
+def test_replay_pool_keeps_learnable_tasks_until_mastered(store) -> None:  # noqa: ANN001
+    from appliance.schemas import Split, Task, TaskStatus
+
+    def task(tid: str, spec_id: str, family: str, level: int, status: TaskStatus, t: float) -> Task:
+        return Task(tid, "r", family, level, "procedural", Split.TRAIN, status, {"id": spec_id}, created_at=t,
+                    pass_rate=0.5)
+
+    tasks = [task("a", "A", "files", 1, TaskStatus.LEARNABLE, 1), task("a.r2", "A", "files", 1, TaskStatus.TOO_EASY, 2),
+             task("b", "B", "files", 2, TaskStatus.LEARNABLE, 1), task("c", "C", "files", 1, TaskStatus.LEARNABLE, 1),
+             task("d", "D", "files", 3, TaskStatus.LEARNABLE, 1), task("e", "E", "text", 1, TaskStatus.TOO_HARD, 1)]
+    pool = replay_pool(tasks, {"files": 2, "text": 1})
+    assert [t.id for t in pool["files"]] == ["b", "c"]  # A mastered; D above the frontier; frontier first
+    assert "text" not in pool

@@ -16,7 +16,17 @@ from types import ModuleType
 
 from appliance.errors import ApplianceError
 from appliance.tasks.families import (
-    archive, data, files, find, git, jsondata, pipeline, pyfix, replace, script, text,
+    archive,
+    data,
+    files,
+    find,
+    git,
+    jsondata,
+    pipeline,
+    pyfix,
+    replace,
+    script,
+    text,
 )
 from appliance.tasks.families._ops import HINTS, REGISTRY, Op, all_ops
 from appliance.tasks.format import TaskSpec

@@ -6,7 +6,20 @@ import base64
 import hashlib
 
 from appliance.tasks.families._ops import (
-    CITIES, FULL_NAMES, IO, PRODUCTS, Case, Ctx, exact_is, generate_family, lines_is, log_lines, number_is, op, q, sentences, text_of,
+    CITIES,
+    FULL_NAMES,
+    IO,
+    PRODUCTS,
+    Case,
+    Ctx,
+    exact_is,
+    lines_is,
+    log_lines,
+    number_is,
+    op,
+    q,
+    sentences,
+    text_of,
 )
 
 CORE = "GNU coreutils"

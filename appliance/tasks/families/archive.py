@@ -5,7 +5,18 @@ from __future__ import annotations
 import random
 
 from appliance.tasks.families._ops import (
-    STEMS, Case, Ctx, generate_family, gone, line_set_is, lines_is, log_lines, number_is, op, q, sentence,
+    STEMS,
+    Case,
+    Ctx,
+    generate_family,
+    gone,
+    line_set_is,
+    lines_is,
+    log_lines,
+    number_is,
+    op,
+    q,
+    sentence,
     text_of,
 )
 from appliance.tasks.format import TaskSpec

@@ -7,7 +7,20 @@ import random
 
 from appliance.tasks.families._common import CITIES, PEOPLE, WORDS, make, pick, spelled_out
 from appliance.tasks.families._ops import (
-    CITIES as TOWNS, FULL_NAMES, IO, PRODUCTS, Case, Ctx, generate_family, lines_is, number_is, op, q, text_of,
+    CITIES as TOWNS,
+)
+from appliance.tasks.families._ops import (
+    FULL_NAMES,
+    IO,
+    PRODUCTS,
+    Case,
+    Ctx,
+    generate_family,
+    lines_is,
+    number_is,
+    op,
+    q,
+    text_of,
 )
 from appliance.tasks.format import TaskSpec
 

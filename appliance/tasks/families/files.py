@@ -6,7 +6,18 @@ import random
 
 from appliance.tasks.families._common import NAMES, WORDS, make, pick, spelled_out
 from appliance.tasks.families._ops import (
-    STEMS, Case, Ctx, generate_family, gone, lines_is, number_is, op, q, sentence, sentences, text_of,
+    STEMS,
+    Case,
+    Ctx,
+    generate_family,
+    gone,
+    lines_is,
+    number_is,
+    op,
+    q,
+    sentence,
+    sentences,
+    text_of,
 )
 from appliance.tasks.format import TaskSpec
 

@@ -5,7 +5,16 @@ from __future__ import annotations
 import random
 
 from appliance.tasks.families._ops import (
-    STEMS, Case, Ctx, generate_family, gone, lines_is, number_is, op, q, sentence,
+    STEMS,
+    Case,
+    Ctx,
+    generate_family,
+    gone,
+    lines_is,
+    number_is,
+    op,
+    q,
+    sentence,
 )
 from appliance.tasks.format import TaskSpec
 

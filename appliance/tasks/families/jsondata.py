@@ -6,7 +6,17 @@ import json
 import random
 
 from appliance.tasks.families._ops import (
-    CITIES, FULL_NAMES, IO, PRODUCTS, Case, Ctx, generate_family, lines_is, number_is, op, q,
+    CITIES,
+    FULL_NAMES,
+    IO,
+    PRODUCTS,
+    Case,
+    Ctx,
+    generate_family,
+    lines_is,
+    number_is,
+    op,
+    q,
 )
 from appliance.tasks.format import TaskSpec
 

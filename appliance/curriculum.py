@@ -1,0 +1,91 @@
+"""The loop's curriculum: the controller's decisions at DIAGNOSE, and the synthesis round they call for.
+
+    control(...)          after an iteration (iteration 0 too): each family's frontier, mastered level and
+                          the reason, from the last `loop.controller_window` reports (tasks.difficulty.decide)
+    synthesize_round(...) the next SYNTHESIZE: per family, new tasks at the frontier, stretch tasks one
+                          level up, and replays of learnable tasks from earlier rounds (tasks.difficulty)
+
+A replayed task is stored again as a new row (`<run>.<spec id>.r<iteration>`) of the new iteration, already
+valid (its spec passed validation before), so practice, banding and training treat it like any task of the
+round, and the pool sees its latest verdict: it comes back until it is too easy.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from appliance.config import Settings
+from appliance.schemas import Split, Task, TaskStatus
+from appliance.store import Store
+from appliance.tasks.difficulty import decide, replay_pool, size_round
+from appliance.tasks.families import synthesize
+
+HINTED = "hint" in inspect.signature(synthesize).parameters  # the families' hint ladder (tool, partial)
+
+
+def control(store: Store, run_id: str, iteration: int, families: list[str], report: dict[str, Any],
+            settings: Settings) -> dict[str, Any]:
+    """The report's controller part: {"levels", "mastered", "decisions"}; `report` is this iteration's."""
+    previous = store.report(run_id, iteration - 1) if iteration > 0 else None
+    before = (previous[0] if previous else {})
+    levels = {f: int((before.get("levels") or {}).get(f, 1)) for f in families}
+    mastered = {f: int((before.get("mastered") or {}).get(f, 0)) for f in families}
+    history = [store.report(run_id, i) for i in range(max(0, iteration - settings.loop.controller_window + 1), iteration)]
+    reports = [h[0] for h in history if h] + [report]
+    decisions = decide(reports, levels, mastered, window=settings.loop.controller_window)
+    return {"levels": {f: d.level for f, d in decisions.items()},
+            "mastered": {f: d.mastered for f, d in decisions.items()},
+            "decisions": {f: d.as_dict() for f, d in decisions.items()}}
+
+
+def synthesize_round(store: Store, settings: Settings, run_id: str, iteration: int, families: list[str],
+                     generate_text: Callable[[str], str] | None = None) -> dict[str, Any]:
+    """Store the round's tasks (proposed: new, stretch and self-proposed; valid: replays); returns what was made.
+
+    Self-proposal (`loop.propose`, off by default) asks the policy for one task per family through
+    `generate_text`; the proposals enter as `proposed` and VALIDATE decides. Proposed task code must only
+    ever run in the isolated validation of issue 14: do not turn the setting on before that lands."""
+    previous = store.report(run_id, iteration - 1)
+    levels = {f: int(((previous[0] if previous else {}).get("levels") or {}).get(f, 1)) for f in families}
+    lp = settings.loop
+    tasks = store.tasks(run_id, split=Split.TRAIN)
+    pool = replay_pool(tasks, levels)
+    plan = size_round(families, levels, tasks_per_iteration=lp.tasks_per_iteration, per_family=lp.tasks_per_family,
+                      stretch_share=lp.stretch_share, replay_share=lp.replay_share,
+                      replay_available={f: len(v) for f, v in pool.items()})
+    exclude = {t.spec["id"] for t in store.tasks(run_id)}  # held-out and earlier tasks
+    made = {"new": 0, "stretch": 0, "replay": 0}
+    decisions = (previous[0] if previous else {}).get("decisions") or {}
+    for p in plan:
+        # stretch tasks carry a hint where the families have the ladder: the start of the command when
+        # nothing passes at the frontier yet, else the tool's name
+        stuck = (decisions.get(p.family) or {}).get("passed", 1) == 0
+        hint = {"hint": "partial" if stuck else "tool"} if HINTED else {}
+        for kind, level, count, extra in (("new", p.level, p.new, {}), ("stretch", p.level + 1, p.stretch, hint)):
+            for spec in synthesize(p.family, level, count, seed=f"{run_id}:{iteration}:{kind}", exclude=exclude,
+                                   **extra):
+                exclude.add(spec.id)
+                spec.meta.update(iteration=iteration, round=kind)
+                made[kind] += store.add_task(Task(f"{run_id}.{spec.id}", run_id, spec.family, spec.difficulty,
+                                                  spec.source, Split.TRAIN, TaskStatus.PROPOSED, spec.to_spec()))
+        for old in pool.get(p.family, [])[: p.replay]:
+            spec = dict(old.spec, meta={**(old.spec.get("meta") or {}), "iteration": iteration, "round": "replay",
+                                        "replay_of": old.id})
+            copy_id = f"{run_id}.{old.spec['id']}.r{iteration}"
+            if store.add_task(Task(copy_id, run_id, old.family, old.difficulty, old.source, Split.TRAIN,
+                                   TaskStatus.PROPOSED, spec)):
+                store.add_validation(copy_id, "replay", True, None, {"replay_of": old.id})
+                store.set_task_status(copy_id, TaskStatus.VALID)
+                made["replay"] += 1
+    if lp.propose and generate_text is not None:
+        from appliance.tasks.propose import propose_tasks
+
+        specs = propose_tasks(generate_text, previous[0] if previous else None, len(families), levels)
+        made["proposal_requests"], made["proposal_parsed"], made["proposed"] = len(families), len(specs), 0
+        for spec in specs:
+            spec.meta.update(iteration=iteration, round="proposed")
+            made["proposed"] += store.add_task(Task(f"{run_id}.{spec.id}", run_id, spec.family, spec.difficulty,
+                                                    spec.source, Split.TRAIN, TaskStatus.PROPOSED, spec.to_spec()))
+    return {"levels": levels, "made": made, "plan": [vars(p) for p in plan]}

@@ -1,0 +1,353 @@
+"""Teacher-free demonstrations: a task's verified reference solution, as the episode the agent should have had.
+
+Every valid task carries a reference solution that passed its verifier twice. `demonstrate` runs it the
+way the built-in harness runs an agent's command and records the conversation the harness would have
+produced: its own first messages (system prompt, `Task: ...`), one assistant turn with the whole solution
+in a ```bash block, the real observation from a fresh hardened sandbox formatted by the harness's own
+`format_observation`, and the finishing `DONE`. The final workspace then goes through `verify_workspace`,
+exactly like a rollout's; only a passing conversation becomes a demonstration.
+
+    run = demonstrate(settings, spec)                       # one sandbox, the verifier in another
+    demo = to_demonstration(run, spec, chat_tokenizer(settings.model_path), run_id=..., task_id=...)
+    store.add_demonstration(demo)
+
+Hindsight relabelling (`relabel_hindsight`): a successful rollout of a hinted task (the families' hint
+ladder puts the rung in `spec.meta["hint"]`: "tool" or "partial") becomes a demonstration of the bare
+request: the same answers and observations, under the unhinted instruction. That instruction is
+`spec.meta["unhinted_instruction"]` when the task carries it, else the request without the ladder's
+"\n\nHint: ..." suffix, else the same task drawn again with no hint from `meta` split, seed and index
+(accepted only when its id is `meta["request_id"]`).
+
+Demonstrations are training data for SFT only. Their ids come from the served model's chat template
+(re-tokenized text, with the template's generation markers as the assistant mask), so they are stored
+apart from RL samples (a table of their own) and never enter a GRPO batch: RL samples stay the engine's
+exact tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import shutil
+import uuid
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from appliance.config import Settings
+from appliance.errors import ApplianceError
+from appliance.harness.actions import format_observation, parse_action
+from appliance.harness.base import Limits
+from appliance.harness.builtin import first_messages, observation_messages
+from appliance.schemas import Demonstration, Outcome, Sample, Split, Task, TaskStatus
+from appliance.store import Store
+from appliance.tasks import TaskSpec, verify_workspace
+from appliance.tasks.validate import SandboxStarter, write_workspace
+
+REFERENCE, HINDSIGHT, SUCCESS = "reference", "hindsight", "success"
+FINISH = "DONE"  # the finishing turn the system prompt teaches
+HINT_MARK = "\n\nHint: "  # how the families' hint ladder appends a hint to the request
+HINT, UNHINTED = "hint", "unhinted_instruction"  # spec.meta: the hint rung ("tool", "partial"; None = bare request)
+
+# messages -> (input_ids, assistant mask), with the served model's chat template
+ChatTokenizer = Callable[[list[dict[str, Any]]], tuple[list[int], list[int]]]
+
+
+def command_block(command: str) -> str:
+    """An assistant answer that runs `command`, written the way the system prompt's example writes one."""
+    return f"```bash\n{command.strip()}\n```"
+
+
+@dataclass(slots=True)
+class DemoRun:
+    """What running a reference solution through the harness's formatting gave."""
+
+    messages: list[dict[str, Any]]
+    passed: bool
+    error: str | None = None  # the machine failed (sandbox, verifier): no verdict on the task
+    verifier_output: str = ""
+
+
+def demonstrate(settings: Settings, spec: TaskSpec, *, start: SandboxStarter | None = None,
+                limits: Limits | None = None) -> DemoRun:
+    """Run the reference solution as one agent turn in a fresh sandbox; never raises for the machine's failures."""
+    from appliance.sandbox import Sandbox
+
+    starter = start or (lambda **kw: Sandbox.start(settings, **kw))
+    limits = limits or Limits.from_settings(settings.harness)
+    messages = first_messages(spec.instruction)
+    answer = {"role": "assistant", "content": command_block(spec.solution)}
+    action = parse_action(answer)
+    if action.command is None or action.command.strip() != spec.solution.strip():
+        # the harness would not run this solution verbatim from a fenced block (e.g. it holds ```)
+        return DemoRun(messages, False, None, "the solution does not survive the harness's command parser")
+    workspace = settings.home / "demonstrations" / uuid.uuid4().hex[:12]
+    workspace.mkdir(parents=True)
+    try:
+        write_workspace(spec, workspace)
+        timeout = min(limits.command_timeout_s, spec.limits.timeout_s)
+        with starter(workspace=workspace, labels={"appliance.demonstration": spec.id}) as sb:
+            if spec.setup.strip():
+                setup = sb.exec(spec.setup, timeout=spec.limits.timeout_s)
+                if setup.exit_code != 0:
+                    return DemoRun(messages, False, f"task set-up failed ({setup.exit_code})")
+            result = sb.shell().run(action.command, timeout)
+        messages += [answer, *observation_messages(action, format_observation(result, limits.observation_chars,
+                                                                               timeout))]
+        messages.append({"role": "assistant", "content": FINISH})
+        verdict = verify_workspace(settings, spec, workspace, start=start)
+        if verdict.error:
+            return DemoRun(messages, False, f"verifier: {verdict.error}", verdict.output)
+        return DemoRun(messages, verdict.passed and not verdict.tampered, None, verdict.output)
+    except ApplianceError as e:
+        return DemoRun(messages, False, f"{type(e).__name__}: {e.message}")
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
+
+
+def chat_tokenizer(model_path: Path) -> ChatTokenizer:
+    """The served model's tokenizer and chat template; the template's {% generation %} markers give the mask."""
+    from transformers import AutoTokenizer  # lazily: seconds to import
+
+    tok = AutoTokenizer.from_pretrained(str(model_path))
+
+    def tokenize(messages: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
+        out = tok.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+        ids, mask = list(out["input_ids"]), [int(m) for m in out["assistant_masks"]]
+        if not any(mask):
+            raise ApplianceError("the chat template marks no assistant tokens",
+                                 "the model's chat template needs {% generation %} markers around assistant turns")
+        return ids, mask
+
+    return tokenize
+
+
+def digest(messages: list[dict[str, Any]]) -> str:
+    return hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
+
+
+def to_demonstration(messages: list[dict[str, Any]], task: Task, tokenize: ChatTokenizer, *, origin: str = REFERENCE,
+                     iteration: int | None = None) -> Demonstration:
+    ids, mask = tokenize(messages)
+    return Demonstration(task.run_id, task.id, task.family, task.difficulty, origin, messages, ids, mask,
+                         digest(messages), iteration)
+
+
+@dataclass
+class DemoYield:
+    """What one pass of `demonstrate_tasks` did: for the report and the event log."""
+
+    added: int = 0
+    failed: list[str] = field(default_factory=list)  # task ids whose reference run did not pass
+    infra: list[str] = field(default_factory=list)  # task ids the machine failed on (tried again next pass)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"added": self.added, "failed": len(self.failed), "infra": len(self.infra)}
+
+
+def demonstrate_tasks(settings: Settings, store: Store, tasks: Iterable[Task], tokenize: ChatTokenizer, *,
+                      iteration: int | None = None, start: SandboxStarter | None = None,
+                      parallel: int = 2) -> DemoYield:
+    """Demonstrations of the training tasks that passed validation and have none yet (idempotent)."""
+    done = set()
+    todo = []
+    for t in tasks:
+        if t.split != Split.TRAIN or t.status in (TaskStatus.PROPOSED, TaskStatus.REJECTED) or t.id in done:
+            continue
+        done.add(t.id)
+        todo.append(t)
+    have = store.demonstrated_task_ids(todo[0].run_id) if todo else set()
+    todo = [t for t in todo if t.id not in have]
+    out = DemoYield()
+    if not todo:
+        return out
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as ex:
+        runs = list(ex.map(lambda t: demonstrate(settings, TaskSpec.from_spec(t.spec), start=start), todo))
+    for task, run in zip(todo, runs, strict=True):
+        if run.error:
+            out.infra.append(task.id)
+        elif not run.passed:
+            out.failed.append(task.id)
+        else:
+            out.added += store.add_demonstration(to_demonstration(run.messages, task, tokenize, iteration=iteration))
+    return out
+
+
+def conversation(store: Store, rollout_id: str) -> list[dict[str, Any]] | None:
+    """A finished rollout's conversation as the harness saw it: the last answered request plus its answer."""
+    calls = [c for c in store.model_calls(rollout_id) if c.status == "ok" and c.response]
+    if not calls:
+        return None
+    last = calls[-1]
+    try:
+        message = last.response["choices"][0]["message"]
+    except (KeyError, IndexError, TypeError):
+        return None
+    kept = {"role": "assistant", "content": message.get("content")}
+    if message.get("tool_calls"):
+        kept["tool_calls"] = message["tool_calls"]
+    return [dict(m) for m in last.request.get("messages", [])] + [kept]
+
+
+def unhinted_instruction(task: Task) -> str | None:
+    """The bare request of a hinted task, or None when it cannot be recovered."""
+    meta = task.spec.get("meta") or {}
+    if meta.get(UNHINTED):
+        return str(meta[UNHINTED])
+    instruction = str(task.spec.get("instruction", ""))
+    if HINT_MARK in instruction:  # the ladder appends "\n\nHint: ..." to the bare request
+        return instruction.rsplit(HINT_MARK, 1)[0].rstrip() or None
+    try:
+        from appliance.tasks.families import generate, seed_rng
+
+        split = meta.get("split", "train")
+        rng = seed_rng(split, task.family, task.difficulty, meta["seed"], int(meta["index"]))
+        bare = generate(task.family, task.difficulty, rng, split=split, hint=None)  # type: ignore[call-arg]
+    except (KeyError, TypeError, ValueError, ApplianceError):  # no provenance, or families without hints
+        return None
+    if bare.instruction == task.spec.get("instruction") or (meta.get("request_id") not in (None, bare.id)):
+        return None  # not the same task without its hint: do not relabel
+    return bare.instruction
+
+
+def relabel_hindsight(store: Store, run_id: str, iteration: int, tokenize: ChatTokenizer, *,
+                      keep_successes: bool = False) -> int:
+    """Successful rollouts of hinted tasks in `iteration` -> demonstrations of the unhinted requests; with
+    `keep_successes`, every other success too (origin "success"), so the policy's own wins stay in the
+    pool across iterations (deduplicated by conversation) instead of being trained once and forgotten."""
+    tasks = {t.id: t for t in store.tasks(run_id, split=Split.TRAIN)}
+    added = 0
+    for r in store.rollouts(run_id, iteration=iteration, purpose="train"):
+        task = tasks.get(r.task_id or "")
+        if r.outcome != Outcome.SUCCESS or task is None:
+            continue
+        meta = task.spec.get("meta") or {}
+        plain = unhinted_instruction(task) if meta.get(HINT) else None
+        messages = conversation(store, r.id)
+        if not messages:
+            continue
+        if not plain:
+            if keep_successes:
+                added += store.add_demonstration(to_demonstration(messages, task, tokenize, origin=SUCCESS,
+                                                                  iteration=iteration))
+            continue
+        hinted = f"Task: {task.spec['instruction'].strip()}"
+        relabelled = first_messages(plain)[1]["content"]
+        swapped = [dict(m, content=relabelled) if m.get("role") == "user" and m.get("content") == hinted else m
+                   for m in messages]
+        if swapped == messages:  # the hinted request is not where the harness put it: leave it alone
+            continue
+        added += store.add_demonstration(to_demonstration(swapped, task, tokenize, origin=HINDSIGHT,
+                                                          iteration=iteration))
+    return added
+
+
+def pick_demonstrations(demos: list[Demonstration], frontier: dict[str, int], n: int, *,
+                        seed: int | str = 0) -> list[Demonstration]:
+    """Up to `n` demonstrations, without replacement, weighted toward each family's frontier level: weight 4
+    at the frontier, 2 one level above (the hinted next step), 1 below (replay of what is mastered)."""
+    if n <= 0 or not demos:
+        return []
+    if n >= len(demos):
+        return list(demos)
+
+    def weight(d: Demonstration) -> float:
+        level = frontier.get(d.family, 1)
+        return 4.0 if d.difficulty == level else 2.0 if d.difficulty == level + 1 else 1.0 if d.difficulty < level \
+            else 0.5
+
+    rng = random.Random(f"demos:{seed}")
+    # weighted sampling without replacement (Efraimidis-Spirakis keys)
+    keyed = sorted(demos, key=lambda d: rng.random() ** (1.0 / weight(d)), reverse=True)
+    return keyed[:n]
+
+
+def demonstration_samples(demos: Iterable[Demonstration]) -> list[Sample]:
+    return [d.to_sample() for d in demos]
+
+
+# --- the loop's use: a warm-start pool, per-iteration demonstrations, the mix for each LEARN phase -----
+WARMSTART = "warmstart"  # spec.meta["pool"] of the tasks made only to be demonstrated (never practised)
+
+
+def warmstart_tasks(settings: Settings, store: Store, run_id: str, families: list[str], *,
+                    start: SandboxStarter | None = None) -> list[Task]:
+    """The run's warm-start tasks (levels `training.demo_warmstart_levels`), synthesized and validated once."""
+    from appliance.tasks.families import synthesize
+    from appliance.tasks.validate import validate_many
+
+    cfg = settings.training
+    existing = [t for t in store.tasks(run_id, split=Split.TRAIN) if (t.spec.get("meta") or {}).get("pool") == WARMSTART]
+    if not existing and cfg.demo_warmstart_tasks > 0:
+        exclude = {t.spec["id"] for t in store.tasks(run_id)}
+        for family in families:
+            for level in cfg.demo_warmstart_levels:
+                for spec in synthesize(family, level, cfg.demo_warmstart_tasks, seed=f"{run_id}:{WARMSTART}",
+                                       exclude=exclude):
+                    spec.meta["pool"] = WARMSTART
+                    store.add_task(Task(f"{run_id}.{spec.id}", run_id, spec.family, spec.difficulty, spec.source,
+                                        Split.TRAIN, TaskStatus.PROPOSED, spec.to_spec()))
+        existing = [t for t in store.tasks(run_id, split=Split.TRAIN)
+                    if (t.spec.get("meta") or {}).get("pool") == WARMSTART]
+    pending = [t for t in existing if t.status == TaskStatus.PROPOSED]
+    if pending:
+        verdicts = validate_many(settings, [TaskSpec.from_spec(t.spec) for t in pending],
+                                 parallel=min(2, settings.sandbox.max_concurrent), start=start)
+        for task, v in zip(pending, verdicts, strict=True):
+            for stage in v.stages:
+                store.add_validation(task.id, stage.name, stage.ok, stage.detail or None)
+            if not v.infra:
+                store.set_task_status(task.id, TaskStatus.VALID if v.ok else TaskStatus.REJECTED, reason=v.reason)
+    return store.tasks(run_id, split=Split.TRAIN)
+
+
+def prepare_demonstrations(settings: Settings, store: Store, run_id: str, iteration: int, tokenize: ChatTokenizer,
+                           families: list[str], *, start: SandboxStarter | None = None) -> DemoYield:
+    """The VALIDATE phase's part: demonstrations of every valid training task of the run that has none yet,
+    and, before the first LEARN phase, of the warm-start pool. Idempotent (a crash redoes only what is missing)."""
+    if not settings.training.demonstrations:
+        return DemoYield()
+    has_checkpoint = bool(store.checkpoints(run_id))
+    tasks = warmstart_tasks(settings, store, run_id, families, start=start) if not has_checkpoint else store.tasks(
+        run_id, split=Split.TRAIN)
+    return demonstrate_tasks(settings, store, tasks, tokenize, iteration=iteration, start=start,
+                             parallel=min(2, settings.sandbox.max_concurrent))
+
+
+@dataclass
+class DemoMix:
+    """What a LEARN phase trains on from the demonstration pool, and with which settings."""
+
+    samples: list[Sample]
+    warmstart: bool
+    settings: Settings
+
+    def describe(self) -> str:
+        what = "warm-start SFT on" if self.warmstart else "mixed in"
+        return f"{what} {len(self.samples)} demonstrations"
+
+
+def training_mix(settings: Settings, store: Store, run_id: str, iteration: int, frontier: dict[str, int],
+                 rl_samples: int) -> DemoMix:
+    """The first LEARN phase of a run (no checkpoint yet) trains on every demonstration of the warm-start
+    levels, for `demo_warmstart_epochs`; later ones mix in max(demo_mix_min, demo_mix_ratio x RL samples)
+    demonstrations, weighted toward each family's frontier (`pick_demonstrations`)."""
+    cfg = settings.training
+    if not cfg.demonstrations:
+        return DemoMix([], False, settings)
+    if not store.checkpoints(run_id):
+        demos = store.demonstrations(run_id, levels=cfg.demo_warmstart_levels)
+        warm = settings.model_copy(deep=True)
+        warm.training.sft_epochs = cfg.demo_warmstart_epochs
+        # hindsight demos are of practised tasks: keep them too
+        demos += store.demonstrations(run_id, origin=HINDSIGHT)
+        unique = list({d.digest: d for d in demos}.values())
+        return DemoMix(demonstration_samples(unique), True, warm)
+    n = max(cfg.demo_mix_min, int(round(cfg.demo_mix_ratio * rl_samples))) if cfg.demo_mix_ratio > 0 else 0
+    # this iteration's own successes are trained from their exact tokens already: not again from the pool
+    pool = [d for d in store.demonstrations(run_id) if not (d.origin == SUCCESS and d.iteration == iteration)]
+    picked = pick_demonstrations(pool, frontier, n, seed=f"{run_id}:{iteration}")
+    return DemoMix(demonstration_samples(picked), False, settings)

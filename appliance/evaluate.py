@@ -1,0 +1,157 @@
+"""Held-out evaluation: pass@1 with a 95 % Wilson interval, k samples per task, inside a time budget.
+
+The one place that says what "held-out pass@1" is; the loop's EVALUATE phase, the report, the learning
+curve, the CLI and the TUI all read it from here.
+
+    pass@1 = successes / rollouts over the held-out tasks, k rollouts each (`evaluation.samples_per_task`);
+    interval = the Wilson score interval at 95 % over those rollouts (the k samples of one task are not
+    independent, so the interval is a little narrow when k > 1; it is still the honest order of magnitude)
+
+Budget: evaluation may take `evaluation.budget_share` of an iteration. At iteration i > 0 the rest of the
+iteration is what ran before EVALUATE (now - the iteration's start), so evaluation may take share / (1 -
+share) of that; the cost of one rollout is measured on the previous evaluation. Tasks are taken in a fixed
+order that spreads over families and levels, so a smaller budget evaluates a prefix of the same list, never
+a different sample. The baseline (iteration 0) evaluates every held-out task: it is what all later
+iterations are compared with. Infra errors are no evidence: they count in neither n nor passed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from appliance.config import Settings
+from appliance.schemas import Outcome, Rollout, Split, Task, TaskStatus
+from appliance.store import Store
+from appliance.tasks.difficulty import wilson
+
+__all__ = ["PassAt1", "budget_tasks", "evaluate_heldout", "learning_curve", "pass_at_1", "wilson"]
+
+
+@dataclass
+class PassAt1:
+    passed: int
+    n: int
+    low: float
+    high: float
+    tasks: int = 0
+    k: int = 1
+    by_level: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @property
+    def pass_at_1(self) -> float:
+        return self.passed / self.n if self.n else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "pass_at_1": self.pass_at_1}
+
+    def describe(self) -> str:
+        return f"{self.pass_at_1:.1%} [{self.low:.1%}, {self.high:.1%}] ({self.passed}/{self.n})"
+
+
+def pass_at_1(cells: list[dict[str, Any]], *, k: int = 1, tasks: int = 0) -> PassAt1:
+    """Pool rows of (difficulty, n, passed) (the store's `evals` rows) into pass@1 with its interval."""
+    n = sum(int(c["n"]) for c in cells)
+    passed = sum(int(c["passed"]) for c in cells)
+    by: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for c in cells:
+        by[str(c["difficulty"])][0] += int(c["passed"])
+        by[str(c["difficulty"])][1] += int(c["n"])
+    by_level = {}
+    for level, (p, m) in sorted(by.items()):
+        lo, hi = wilson(p, m)
+        by_level[level] = {"passed": p, "n": m, "pass_at_1": p / m if m else 0.0, "low": lo, "high": hi}
+    low, high = wilson(passed, n)
+    return PassAt1(passed, n, low, high, tasks, k, by_level)
+
+
+def learning_curve(store: Store, run_id: str) -> list[tuple[int, PassAt1]]:
+    """(iteration, pass@1 with interval) per evaluated iteration."""
+    by_iter: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for e in store.evals(run_id):
+        by_iter[e["iteration"]].append(e)
+    tasks = dict(store.metric_series(run_id, "heldout_tasks"))  # step = iteration (evaluate_heldout writes them)
+    ks = dict(store.metric_series(run_id, "heldout_k"))
+    return [(it, pass_at_1(rows, k=int(ks.get(it, 1)), tasks=int(tasks.get(it, 0))))
+            for it, rows in sorted(by_iter.items())]
+
+
+def spread(tasks: list[Task]) -> list[Task]:
+    """Tasks round-robin over (level, family) cells, each cell in id order: any prefix is balanced."""
+    cells: dict[tuple[int, str], list[Task]] = defaultdict(list)
+    for t in sorted(tasks, key=lambda t: t.id):
+        cells[(t.difficulty, t.family)].append(t)
+    out, keys, i = [], sorted(cells), 0
+    while len(out) < len(tasks):
+        for key in keys:
+            if i < len(cells[key]):
+                out.append(cells[key][i])
+        i += 1
+    return out
+
+
+def rollout_cost_s(rollouts: list[Rollout]) -> float | None:
+    """Wall seconds per rollout of an evaluation (its span over its count: concurrency included)."""
+    done = [r for r in rollouts if r.started_at and r.finished_at]
+    if not done:
+        return None
+    span = max(r.finished_at for r in done) - min(r.started_at for r in done)
+    return max(span, 0.0) / len(done)
+
+
+def budget_tasks(tasks: list[Task], settings: Settings, *, elapsed_s: float | None, cost_s: float | None) -> list[Task]:
+    """The prefix of `spread(tasks)` that fits the budget; all tasks when there is nothing to measure by."""
+    ordered = spread(tasks)
+    ev = settings.evaluation
+    if elapsed_s is None or cost_s is None or cost_s <= 0 or ev.budget_share >= 1:
+        return ordered
+    allowed_s = elapsed_s * ev.budget_share / (1 - ev.budget_share)
+    fits = int(allowed_s // (cost_s * ev.samples_per_task))
+    return ordered[: max(ev.min_tasks, fits)]
+
+
+def evaluate_heldout(store: Store, settings: Settings, run_id: str, iteration: int, policy_version: int, *,
+                     harness: str, run_pending: Callable[[list[tuple[Any, str]]], None],
+                     new_rollout: Callable[..., Rollout], clock: Callable[[], float] = time.time) -> PassAt1:
+    """The EVALUATE phase's work after the held-out set is validated: k rollouts per budgeted task, then the
+    per-cell results in `evals` (re-running replaces them) and pass@1 with its interval."""
+    from appliance.tasks import TaskSpec
+
+    tasks = store.tasks(run_id, split=Split.HELDOUT, status=TaskStatus.VALID)
+    k = settings.evaluation.samples_per_task
+    elapsed = cost = None
+    if iteration > 0:
+        started = store.get_iteration(run_id, iteration).started_at
+        elapsed = max(0.0, clock() - started)
+        previous = [r for r in store.rollouts(run_id, iteration=iteration - 1, purpose="eval")
+                    if r.outcome != Outcome.INFRA_ERROR]
+        cost = rollout_cost_s(previous)
+    chosen = budget_tasks(tasks, settings, elapsed_s=elapsed, cost_s=cost)
+    work = []
+    for task in chosen:
+        for j in range(k):
+            # the first sample keeps the id the loop always used, so a run resumed across versions matches
+            rid = f"{task.id}.eval{iteration}" + (f".{j}" if j else "")
+            r = new_rollout(store, harness=harness, policy_version=policy_version, run_id=run_id, task_id=task.id,
+                            iteration=iteration, purpose="eval", rollout_id=rid)
+            work.append((TaskSpec.from_spec(task.spec), r.id))
+    run_pending(work)
+    cells: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
+    by_task = {t.id: t for t in chosen}
+    for r in store.rollouts(run_id, iteration=iteration, purpose="eval"):
+        task = by_task.get(r.task_id or "")
+        if task is None or r.outcome in (None, Outcome.INFRA_ERROR):
+            continue
+        cell = cells[(task.family, task.difficulty)]
+        cell[0] += 1
+        cell[1] += r.outcome == Outcome.SUCCESS
+    for (family, level), (n, passed) in cells.items():
+        store.set_eval(run_id, iteration, policy_version, family, level, n, passed)
+    result = pass_at_1([{"difficulty": lvl, "n": n, "passed": p} for (_, lvl), (n, p) in cells.items()],
+                       k=k, tasks=len(chosen))
+    store.add_metrics(run_id, iteration, {"heldout_pass@1": result.pass_at_1, "heldout_low": result.low,
+                                          "heldout_high": result.high, "heldout_tasks": float(len(chosen)), "heldout_k": float(k)})
+    return result

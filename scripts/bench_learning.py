@@ -1,0 +1,114 @@
+"""The learning benchmark: `appliance run` on the cpu profile for a fixed wall-clock budget, from the base
+model, then the held-out pass@1 curve with 95 % Wilson intervals, the level each family reached, and the
+demonstration / replay / self-proposal counts.
+
+Usage: scripts/bench learning [--minutes 120] [--seed 0] [--home DIR] [--set KEY=VALUE ...]
+       scripts/bench learning --report-only --home DIR      (print the curve of a finished or running run)
+
+Each call with a fresh --home (the default: a new tmp dir) starts from the base model. It needs the bundled
+model and the sandbox image of the default data directory (read-only: the model folder is passed as
+engine.model and the image store is shared). Run it under `flock /tmp/appliance-heavy.lock` on a shared
+machine. Issue 16's bar: over two seeds, pass@1 on the template-held-out levels 2-4 rises by >= 20 points
+with non-overlapping intervals between the first and the last evaluation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from appliance.config import load_settings  # noqa: E402
+from appliance.evaluate import learning_curve  # noqa: E402
+from appliance.store import Store  # noqa: E402
+
+
+def report(home: Path) -> int:
+    store = Store(home / "appliance.db")
+    run = store.latest_run()
+    if run is None:
+        print(f"no run in {home}")
+        return 1
+    curve = learning_curve(store, run.id)
+    print(f"run {run.id} ({run.status})")
+    print("iteration  pass@1   95 % interval     passed/n   by level")
+    for it, p in curve:
+        levels = "  ".join(f"L{lvl} {c['passed']}/{c['n']}" for lvl, c in p.by_level.items())
+        print(f"{it:>9}  {p.pass_at_1:6.1%}  [{p.low:5.1%}, {p.high:5.1%}]  {p.passed:>5}/{p.n:<5}  {levels}")
+    if len(curve) >= 2:
+        first, last = curve[0][1], curve[-1][1]
+        separated = last.low > first.high
+        print(f"change {100 * (last.pass_at_1 - first.pass_at_1):+.1f} points; intervals "
+              f"{'do not overlap' if separated else 'overlap'}")
+    latest = store.report(run.id)
+    if latest:
+        rep = latest[0]
+        print("levels:", json.dumps(rep.get("levels")), "mastered:", json.dumps(rep.get("mastered")))
+        print("demonstrations:", json.dumps(rep.get("demonstrations")),
+              "self-proposal:", json.dumps(rep.get("self_proposal")))
+    replays = sum((t.spec.get("meta") or {}).get("round") == "replay" for t in store.tasks(run.id))
+    print(f"replayed tasks: {replays}")
+    store.close()
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--minutes", type=float, default=120.0, help="wall-clock budget of the run")
+    ap.add_argument("--seed", type=int, default=0, help="training.seed")
+    ap.add_argument("--home", type=Path, default=None, help="APPLIANCE_HOME of the run (default: a new tmp dir)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra APPLIANCE_* setting, e.g. loop.tasks_per_family=4")
+    ap.add_argument("--report-only", action="store_true", help="only print the curve of the run in --home")
+    args = ap.parse_args()
+    if args.report_only:
+        if args.home is None:
+            ap.error("--report-only needs --home")
+        return report(args.home)
+    home = args.home or Path(tempfile.mkdtemp(prefix="appliance-bench-learning-"))
+    home.mkdir(parents=True, exist_ok=True)
+    main_settings = load_settings()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
+    env.update({
+        "PYTHONPATH": str(REPO),  # this checkout's code, also under an editable install elsewhere
+        "APPLIANCE_HOME": str(home), "APPLIANCE_PROFILE": "cpu",
+        "APPLIANCE_ENGINE__MODEL": str(main_settings.model_path),
+        "APPLIANCE_PODMAN__ADDITIONAL_IMAGE_STORES": json.dumps([str(main_settings.podman_graphroot)]),
+        "APPLIANCE_TRAINING__SEED": str(args.seed),
+        "APPLIANCE_LOOP__ITERATIONS": "1000",  # the budget, not the count, ends the run
+    })
+    for kv in args.set:
+        key, _, value = kv.partition("=")
+        env["APPLIANCE_" + key.upper().replace(".", "__")] = value
+    print(f"appliance run in {home} for {args.minutes:g} min (seed {args.seed})", flush=True)
+    log = open(home.parent / f"{home.name}.log", "w") if args.home is None else open(home / "bench.log", "a")
+    proc = subprocess.Popen([str(REPO / ".venv/bin/appliance"), "run", "--headless"], env=env, cwd=REPO,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + args.minutes * 60
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(5)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)  # `appliance run` stops cleanly on SIGTERM
+            try:
+                proc.wait(timeout=300)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+    print(f"log: {log.name}")
+    return report(home)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""The curriculum in the loop: the controller's decisions at DIAGNOSE (iteration 0 too) and the rounds it plans."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from appliance.config import Settings
+from appliance.curriculum import control, synthesize_round
+from appliance.loop import Loop
+from appliance.schemas import Outcome, Rollout, RolloutStatus, Split, TaskStatus
+from appliance.store import Store
+
+FAMS = ["files", "text", "data"]
+
+
+def loop(settings: Settings, store: Store) -> Loop:
+    settings.loop.families = FAMS
+    settings.loop.heldout_levels = [2]
+    settings.loop.heldout_per_cell = 1
+    settings.loop.analysis = False
+    engine = SimpleNamespace(policy_version=0, base_url="http://unused", model_name=lambda: "policy")
+    return Loop(settings, store, engine, practice=None, log=lambda _: None)
+
+
+def practise(store: Store, run_id: str, iteration: int, passed_by_family: dict[str, int], k: int = 4) -> None:
+    """Stand-in for PRACTISE: k rollouts per task of the iteration, `passed` of them succeed, bands recorded."""
+    from appliance.tasks.validate import record_band
+
+    for t in store.tasks(run_id, split=Split.TRAIN, status=TaskStatus.VALID):
+        if t.spec.get("meta", {}).get("iteration") != iteration:
+            continue
+        wins = passed_by_family.get(t.family, 0)
+        for j in range(k):
+            rid = f"{t.id}.g{iteration}.{j}"
+            store.add_rollout(Rollout(rid, run_id, t.id, f"{t.id}.g{iteration}", iteration, "builtin", 0,
+                                      RolloutStatus.PENDING, "train"))
+            store.start_rollout(rid)
+            store.finish_rollout(rid, Outcome.SUCCESS if j < wins else Outcome.FAILURE, float(j < wins))
+        record_band(store, t.id, wins, k)
+
+
+def test_iteration_0_plans_and_families_climb_with_replay(settings: Settings, store: Store) -> None:
+    lp = loop(settings, store)
+    run = lp.run.id
+    settings.loop.tasks_per_family = 4
+    lp.phase_diagnose(0)  # the baseline plans too
+    report0, md0 = store.report(run, 0)
+    assert report0["levels"] == {f: 1 for f in FAMS} and set(report0["decisions"]) == set(FAMS)
+    assert "## Controller decisions" in md0
+
+    store.start_iteration(run, 1, 0)
+    made = synthesize_round(store, settings, run, 1, FAMS)
+    assert made["made"]["new"] == 9 and made["made"]["stretch"] == 3 and made["made"]["replay"] == 0
+    new = store.tasks(run, split=Split.TRAIN)
+    assert sorted({t.difficulty for t in new if t.family == "files"}) == [1, 2]
+    for t in new:  # stands in for VALIDATE
+        store.set_task_status(t.id, TaskStatus.VALID)
+    # files: all pass (mastered); text: half (learnable: replayed); data: nothing
+    practise(store, run, 1, {"files": 4, "text": 2, "data": 0})
+    lp.phase_diagnose(1)
+    report1, md1 = store.report(run, 1)
+    assert report1["levels"] == {"files": 2, "text": 1, "data": 1}
+    assert report1["mastered"] == {"files": 1, "text": 0, "data": 0}
+    assert "moves up to L2" in report1["decisions"]["files"]["reason"]
+    assert "nothing passes yet" in report1["decisions"]["data"]["reason"]
+    assert report1["band_levels"]["files"]["1"] == {"too_easy": 3}
+    assert report1["capability"]["text"]["1"]["passed"] == 6
+
+    store.start_iteration(run, 2, 0)
+    made = synthesize_round(store, settings, run, 2, FAMS)
+    assert made["made"]["replay"] == 1  # text's learnable tasks come back, one per round at this share
+    copies = [t for t in store.tasks(run, split=Split.TRAIN) if t.spec["meta"].get("round") == "replay"]
+    assert len(copies) == 1 and copies[0].family == "text" and copies[0].status == TaskStatus.VALID
+    assert copies[0].spec["meta"]["iteration"] == 2 and copies[0].id.endswith(".r2")
+    assert {t.difficulty for t in store.tasks(run, split=Split.TRAIN)
+            if t.family == "files" and t.spec["meta"].get("iteration") == 2} == {2, 3}
+
+    # a failing frontier is never sent back below what was mastered
+    store.start_iteration(run, 3, 0)
+    report2 = {"iteration": 2, "train": {"files": {"2": {"n": 12, "passed": 0, "pass_rate": 0.0}}}}
+    store.save_report(run, 2, {**report1, "iteration": 2}, "")
+    out = control(store, run, 3, FAMS, report2, settings)
+    assert out["levels"]["files"] == 2 and out["mastered"]["files"] == 1
+
+
+def test_self_proposal_only_when_turned_on(settings: Settings, store: Store) -> None:
+    lp = loop(settings, store)
+    answer = ("INSTRUCTION\n```text\nWrite hi into a.txt.\n```\nVERIFY\n```bash\ngrep -qx hi a.txt\n```\n"
+              "SOLUTION\n```bash\necho hi > a.txt\n```\n")
+    asked = []
+    made = synthesize_round(store, settings, lp.run.id, 1, FAMS, lambda p: asked.append(p) or answer)
+    assert asked == [] and "proposed" not in made["made"]  # off by default (issue 14's isolation first)
+    settings.loop.propose = True
+    made = synthesize_round(store, settings, lp.run.id, 2, FAMS, lambda p: asked.append(p) or answer)
+    assert len(asked) == 3 and made["made"]["proposal_parsed"] == 3 and made["made"]["proposed"] >= 1
+    proposed = [t for t in store.tasks(lp.run.id) if t.source == "self_proposed"]
+    assert proposed and all(t.status == TaskStatus.PROPOSED for t in proposed)
+
+
+@pytest.mark.slow
+def test_one_climbing_iteration_through_the_real_phases(sandbox_settings: Settings, tmp_path) -> None:
+    """SYNTHESIZE .. DIAGNOSE on real sandboxes, a policy that answers each task's reference solution, the
+    fake engine (training fails for want of a model: the loop goes on, as it does in production)."""
+    import json as _json
+
+    import httpx
+
+    from appliance.practice import Practice
+    from appliance.sandbox import SandboxPool
+    from appliance.testing import FakeEngine
+    from test_demonstrations import char_tokenize  # tests/test_demonstrations.py
+
+    settings = sandbox_settings.model_copy(deep=True)
+    settings.home = tmp_path / "home"
+    settings.engine.model = tmp_path / "no-model"
+    settings.loop.families = ["files"]
+    settings.loop.tasks_per_family = 2
+    settings.loop.group_size = 2
+    settings.loop.heldout_levels = [2]
+    settings.loop.heldout_per_cell = 1
+    settings.loop.analysis = False
+    settings.training.demo_warmstart_levels = [2]
+    settings.training.demo_warmstart_tasks = 1
+    settings.evaluation.samples_per_task = 2
+    store = Store(settings.db_path)
+    solutions: dict[str, str] = {}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        messages = _json.loads(request.content)["messages"]
+        task = messages[1]["content"].removeprefix("Task: ")
+        content = "DONE" if len(messages) > 2 else f"```bash\n{solutions.get(task, 'true')}\n```"
+        return httpx.Response(200, json={"choices": [{"message": {"role": "assistant", "content": content}}],
+                                         "usage": {"completion_tokens": 3}})
+
+    practice = Practice(settings, store, "127.0.0.1", 9, SandboxPool(settings, 2, sweep_orphans=False),
+                        log=lambda _: None, client_transport=httpx.MockTransport(answer))
+    lp = Loop(settings, store, FakeEngine(), practice, log=lambda _: None, chat_tokenizer=char_tokenize)
+    run = lp.run.id
+    for t in store.tasks(run):
+        solutions[t.spec["instruction"].strip()] = t.spec["solution"].strip()
+    while lp.tick():
+        for t in store.tasks(run):  # new tasks of each round: the policy "knows" their solutions
+            solutions[t.spec["instruction"].strip()] = t.spec["solution"].strip()
+        if store.iterations(run)[-1].index > 1:
+            break
+    its = store.iterations(run)
+    assert [i.status for i in its[:2]] == ["done", "done"], [(i.index, i.phase, i.error) for i in its]
+    demos = store.demonstrations(run)
+    assert {d.origin for d in demos} == {"reference"} and any(d.difficulty == 2 for d in demos)
+    report, md = store.report(run, 1)
+    assert report["evaluation"]["n"] == 2 and report["evaluation"]["k"] == 2  # one held-out task x k=2
+    assert "files" in report["decisions"] and "## Controller decisions" in md
+    assert report["capability"]["files"]["1"]["passed"] == report["capability"]["files"]["1"]["n"] > 0
+    events = [e.message for e in store.events(run)]
+    assert any("warm-start SFT on" in m for m in events), events
+    rollouts = store.rollouts(run, iteration=1, purpose="train")
+    assert rollouts and all(r.outcome == "success" for r in rollouts)
+    store.close()

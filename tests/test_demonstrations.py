@@ -1,0 +1,240 @@
+"""Demonstrations: reference solutions run through the harness's formatting in real sandboxes, stored for SFT."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from appliance.config import Settings, load_settings
+from appliance.demonstrations import (
+    FINISH,
+    HINDSIGHT,
+    REFERENCE,
+    command_block,
+    demonstrate,
+    demonstrate_tasks,
+    pick_demonstrations,
+    relabel_hindsight,
+    to_demonstration,
+)
+from appliance.harness.builtin import SYSTEM_PROMPT
+from appliance.schemas import Demonstration, ModelCall, Outcome, Rollout, RolloutStatus, Split, Task, TaskStatus
+from appliance.store import Store
+from appliance.tasks import TaskSpec
+from appliance.tasks.families import synthesize
+
+
+def char_tokenize(messages):
+    """A char-level stand-in for the chat template: one id per character, the mask on assistant text."""
+    ids, mask = [], []
+    for m in messages:
+        head = [ord(c) for c in f"<{m['role']}>"]
+        body = [ord(c) for c in m["content"] or ""]
+        ids += head + body
+        mask += [0] * len(head) + [int(m["role"] == "assistant")] * len(body)
+    return ids, mask
+
+
+def task_of(spec: TaskSpec, run_id: str = "r1", status: TaskStatus = TaskStatus.VALID,
+            split: Split = Split.TRAIN) -> Task:
+    return Task(f"{run_id}.{spec.id}", run_id, spec.family, spec.difficulty, spec.source, split, status, spec.to_spec())
+
+
+def test_reference_solution_becomes_the_harness_conversation(sandbox_settings: Settings) -> None:
+    spec = synthesize("text", 3, 1, seed="demo")[0]
+    run = demonstrate(sandbox_settings, spec)
+    assert run.error is None and run.passed, run
+    roles = [m["role"] for m in run.messages]
+    assert roles == ["system", "user", "assistant", "user", "assistant"]
+    assert run.messages[0]["content"] == SYSTEM_PROMPT
+    assert run.messages[1]["content"] == f"Task: {spec.instruction.strip()}"
+    assert run.messages[2]["content"] == command_block(spec.solution)
+    assert run.messages[3]["content"].startswith("exit code 0")  # the real observation, harness-formatted
+    assert run.messages[4]["content"] == FINISH
+
+
+def test_a_solution_that_fails_the_verifier_is_no_demonstration(sandbox_settings: Settings, store: Store) -> None:
+    good = synthesize("files", 2, 1, seed="demo")[0]
+    bad = synthesize("pipeline", 2, 1, seed="demo")[0]
+    bad.solution = "echo wrong > nothing.txt\n"
+    tasks = [task_of(good), task_of(bad)]
+    for t in tasks:
+        store.add_task(t)
+    result = demonstrate_tasks(sandbox_settings, store, tasks, char_tokenize, iteration=1)
+    assert (result.added, result.failed, result.infra) == (1, [tasks[1].id], [])
+    demos = store.demonstrations("r1")
+    assert [d.task_id for d in demos] == [tasks[0].id] and demos[0].origin == REFERENCE
+    assert demos[0].iteration == 1 and any(demos[0].mask)
+    # idempotent: a task with a demonstration is not run again
+    assert demonstrate_tasks(sandbox_settings, store, tasks, char_tokenize).added == 0
+
+
+def test_setup_failure_is_the_machines_not_the_tasks(sandbox_settings: Settings) -> None:
+    spec = synthesize("files", 2, 1, seed="demo")[0]
+    spec.setup = "exit 3"
+    run = demonstrate(sandbox_settings, spec)
+    assert not run.passed and run.error and "set-up" in run.error
+
+
+def test_store_keeps_one_row_per_conversation_and_refuses_heldout(store: Store) -> None:
+    spec = synthesize("files", 2, 1, seed="x")[0]
+    task = task_of(spec)
+    store.add_task(task)
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "Task: t"},
+                {"role": "assistant", "content": "```bash\nls\n```"}]
+    demo = to_demonstration(messages, task, char_tokenize)
+    assert store.add_demonstration(demo) is True
+    assert store.add_demonstration(demo) is False
+    (back,) = store.demonstrations("r1", levels=[2])
+    assert back.messages == messages and back.token_ids == demo.token_ids and back.mask == demo.mask
+    sample = back.to_sample()
+    assert sample.rollout_id == f"demo:{back.id}" and sample.mask == demo.mask and sample.reward == 1.0
+    assert store.demonstrations("r1", levels=[3]) == []
+    held = task_of(synthesize("files", 2, 1, seed="y")[0], split=Split.HELDOUT)
+    store.add_task(held)
+    with pytest.raises(Exception, match="held-out"):
+        store.add_demonstration(to_demonstration(messages + [{"role": "user", "content": "x"}], held, char_tokenize))
+
+
+def test_hindsight_relabels_a_hinted_success_as_the_plain_request(store: Store) -> None:
+    spec = synthesize("text", 2, 1, seed="h")[0]
+    spec.meta.update(hint="tool", unhinted_instruction="Do the plain thing.")
+    plain_spec = synthesize("text", 2, 1, seed="p")[0]  # no hint: never relabelled
+    tasks = [task_of(spec), task_of(plain_spec)]
+    store.create_run("r1", {})
+    for i, t in enumerate(tasks):
+        store.add_task(t)
+        rid = f"ro{i}"
+        store.add_rollout(Rollout(rid, "r1", t.id, f"g{i}", 1, "builtin", 0, RolloutStatus.PENDING, "train"))
+        store.start_rollout(rid)
+        request = {"messages": [{"role": "system", "content": SYSTEM_PROMPT},
+                                {"role": "user", "content": f"Task: {t.spec['instruction']}"}]}
+        response = {"choices": [{"message": {"role": "assistant", "content": "```bash\nls\n```"}}]}
+        store.add_model_call(ModelCall(None, rid, 0, "ok", request, response, [1, 2], [3], [0.0], 0, 0.1))
+        store.finish_rollout(rid, Outcome.SUCCESS, 1.0)
+    assert relabel_hindsight(store, "r1", 1, char_tokenize) == 1
+    (demo,) = store.demonstrations("r1", origin=HINDSIGHT)
+    assert demo.task_id == tasks[0].id
+    assert demo.messages[1]["content"] == "Task: Do the plain thing."
+    assert demo.messages[-1]["content"] == "```bash\nls\n```"
+    assert relabel_hindsight(store, "r1", 1, char_tokenize) == 0  # deduplicated
+    # kept successes: the unhinted task's win joins the pool as it was (the hinted one is already there)
+    assert relabel_hindsight(store, "r1", 1, char_tokenize, keep_successes=True) == 1
+    (kept,) = store.demonstrations("r1", origin="success")
+    assert kept.task_id == tasks[1].id and kept.messages[1]["content"] == f"Task: {tasks[1].spec['instruction']}"
+    assert relabel_hindsight(store, "r1", 1, char_tokenize, keep_successes=True) == 0
+
+
+def test_pick_leans_toward_the_frontier() -> None:
+    def demo(level: int, i: int) -> Demonstration:
+        return Demonstration("r", f"t{level}{i}", "text", level, REFERENCE, [], [1], [1], f"{level}-{i}")
+
+    demos = [demo(level, i) for level in (1, 2, 3, 4) for i in range(50)]
+    picked = pick_demonstrations(demos, {"text": 2}, 40, seed=1)
+    assert len(picked) == 40 and len({d.digest for d in picked}) == 40
+    by_level = {lvl: sum(d.difficulty == lvl for d in picked) for lvl in (1, 2, 3, 4)}
+    assert by_level[2] > by_level[3] > by_level[4] and by_level[2] > by_level[1]
+    assert pick_demonstrations(demos[:3], {}, 10) == demos[:3]
+
+
+def test_the_real_chat_template_masks_exactly_the_assistant_turns() -> None:
+    from appliance.demonstrations import chat_tokenizer
+
+    model = load_settings().model_path
+    if not (model / "tokenizer.json").exists():
+        pytest.skip(f"the bundled model is not converted at {model}")
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model))
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "Task: list files"},
+                {"role": "assistant", "content": "```bash\nls\n```"}, {"role": "user", "content": "exit code 0\na"},
+                {"role": "assistant", "content": "DONE"}]
+    ids, mask = chat_tokenizer(Path(model))(messages)
+    trained = tok.decode([i for i, m in zip(ids, mask) if m])
+    assert trained == "```bash\nls\n```<|im_end|>DONE<|im_end|>"
+    assert tok.decode(ids) == tok.apply_chat_template(messages, tokenize=False)
+
+
+def test_hinted_task_is_redrawn_without_its_hint(store: Store) -> None:
+    import inspect
+
+    from appliance.demonstrations import unhinted_instruction
+
+    if "hint" not in inspect.signature(synthesize).parameters:
+        spec = synthesize("text", 2, 1, seed="h")[0]
+        spec.meta["hint"] = "tool"
+        assert unhinted_instruction(task_of(spec)) is None  # families without the ladder: nothing to relabel
+        return
+    for hint in ("tool", "partial"):
+        hinted = synthesize("text", 3, 1, seed="h", hint=hint)[0]
+        plain = unhinted_instruction(task_of(hinted))
+        assert plain and hinted.instruction.startswith(plain + "\n\nHint: ") and "Hint" not in plain
+
+
+def test_first_learn_phase_warm_starts_later_ones_mix(settings: Settings, store: Store) -> None:
+    from appliance.demonstrations import training_mix
+    from appliance.schemas import Checkpoint
+
+    store.create_run("r1", {})
+    for level in (1, 2, 3, 4, 5):
+        for i, spec in enumerate(synthesize("files", level, 3, seed="mix")):
+            task = task_of(spec)
+            store.add_task(task)
+            messages = [{"role": "user", "content": f"Task: {spec.instruction}"},
+                        {"role": "assistant", "content": command_block(spec.solution)}]
+            store.add_demonstration(to_demonstration(messages, task, char_tokenize))
+    settings.training.demo_warmstart_epochs = 3.0
+    warm = training_mix(settings, store, "r1", 1, {"files": 1}, rl_samples=10)
+    wanted = {f"demo:{d.id}" for d in store.demonstrations("r1") if d.difficulty in (2, 3, 4)}
+    assert len(wanted) >= 6 and len(store.demonstrations("r1")) > len(wanted)
+    assert warm.warmstart and {s.rollout_id for s in warm.samples} == wanted  # levels 2-4 only, each once
+    assert len(warm.samples) == len(wanted)
+    assert warm.settings.training.sft_epochs == 3.0 and settings.training.sft_epochs != 3.0
+    assert all(s.rollout_id.startswith("demo:") and any(s.mask) for s in warm.samples)
+    store.add_checkpoint(Checkpoint("r1", 1, 1, "lora", "/nowhere"))
+    later = training_mix(settings, store, "r1", 2, {"files": 2}, rl_samples=5)
+    assert not later.warmstart and len(later.samples) == max(settings.training.demo_mix_min, 5)
+    assert later.settings is settings
+    spec = synthesize("text", 2, 1, seed="won")[0]
+    won = task_of(spec)
+    store.add_task(won)
+    mine = to_demonstration([{"role": "assistant", "content": "```bash\nls\n```"}], won, char_tokenize,
+                            origin="success", iteration=2)
+    store.add_demonstration(mine)
+    settings.training.demo_mix_min = 1000  # everything the pool offers
+    ids = {s.rollout_id for s in training_mix(settings, store, "r1", 2, {"files": 2}, rl_samples=0).samples}
+    mine_id = f"demo:{store.demonstrations('r1', origin='success')[0].id}"
+    assert mine_id not in ids  # trained from its exact tokens in its own iteration
+    assert mine_id in {s.rollout_id for s in training_mix(settings, store, "r1", 3, {}, rl_samples=0).samples}
+    settings.training.demo_mix_min = 8
+    settings.training.demo_mix_ratio = 0.0
+    assert training_mix(settings, store, "r1", 3, {"files": 2}, rl_samples=5).samples == []
+    settings.training.demonstrations = False
+    assert training_mix(settings, store, "r1", 1, {}, rl_samples=5).samples == []
+
+
+@pytest.mark.slow
+def test_learn_trains_demonstrations_by_sft_only(store: Store, settings: Settings, tiny_model: Path) -> None:
+    """With training.method = grpo and no rollouts, the demonstrations alone are an SFT step: they never
+    become GRPO groups, and the checkpoint is written and synced as for any LEARN phase."""
+    from appliance.demonstrations import chat_tokenizer
+    from appliance.testing import FakeEngine
+    from appliance.training.learn import learn
+
+    settings.engine.model = tiny_model
+    settings.training.method = "grpo"
+    spec = synthesize("files", 2, 1, seed="learn")[0]
+    task = task_of(spec)
+    store.add_task(task)
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": f"Task: {spec.instruction}"},
+                {"role": "assistant", "content": command_block(spec.solution)},
+                {"role": "user", "content": "exit code 0\n(no output)"}, {"role": "assistant", "content": FINISH}]
+    store.add_demonstration(to_demonstration(messages, task, chat_tokenizer(tiny_model)))
+    samples = [d.to_sample() for d in store.demonstrations("r1")]
+    engine = FakeEngine()
+    result = learn(store, settings, engine, [], [], run_id="r1", iteration=1, demonstrations=samples)
+    assert engine.calls == ["pause", "sync"] and result.policy_version == 1
+    (step,) = result.steps
+    assert step["sft_steps"] >= 1 and step["sft_tokens"] == sum(samples[0].mask[1:])
+    assert "loss" not in step  # no GRPO step: demonstrations are never RL samples

@@ -1,0 +1,71 @@
+"""Held-out evaluation: pass@1 with Wilson intervals, k samples per task, inside the budget."""
+
+from __future__ import annotations
+
+from appliance.config import Settings
+from appliance.evaluate import budget_tasks, evaluate_heldout, learning_curve, pass_at_1, spread
+from appliance.practice import new_rollout
+from appliance.schemas import Outcome, Split, Task, TaskStatus
+from appliance.store import Store
+from appliance.tasks.families import synthesize
+
+
+def heldout(store: Store, run_id: str = "r") -> list[Task]:
+    tasks = []
+    for family in ("files", "text"):
+        for level in (2, 3):
+            for spec in synthesize(family, level, 3, seed="ev", split="heldout"):
+                t = Task(f"{run_id}.{spec.id}", run_id, family, level, "procedural", Split.HELDOUT,
+                         TaskStatus.PROPOSED, spec.to_spec())
+                store.add_task(t)
+                store.set_task_status(t.id, TaskStatus.VALID)
+                tasks.append(store.get_task(t.id))
+    return tasks
+
+
+def test_pass_at_1_pools_cells_with_wilson_intervals() -> None:
+    p = pass_at_1([{"difficulty": 2, "n": 10, "passed": 8}, {"difficulty": 3, "n": 10, "passed": 0}], k=2, tasks=10)
+    assert (p.passed, p.n, p.pass_at_1) == (8, 20, 0.4)
+    assert 0.2 < p.low < 0.4 < p.high < 0.65
+    assert p.by_level["2"]["passed"] == 8 and p.by_level["3"]["high"] < 0.35
+    assert "40.0%" in p.describe() and p.as_dict()["pass_at_1"] == 0.4
+
+
+def test_budget_cuts_a_balanced_prefix(settings: Settings, store: Store) -> None:
+    store.create_run("r", {})
+    tasks = heldout(store)
+    ordered = spread(tasks)
+    assert {(t.family, t.difficulty) for t in ordered[:4]} == {("files", 2), ("files", 3), ("text", 2), ("text", 3)}
+    assert budget_tasks(tasks, settings, elapsed_s=None, cost_s=None) == ordered  # baseline: everything
+    settings.evaluation.min_tasks = 2
+    settings.evaluation.samples_per_task = 2
+    settings.evaluation.budget_share = 0.25  # eval may take 1/3 of the rest: 300 s -> 100 s -> 5 tasks x 2 x 10 s
+    assert budget_tasks(tasks, settings, elapsed_s=300, cost_s=10) == ordered[:5]
+    assert budget_tasks(tasks, settings, elapsed_s=1, cost_s=10) == ordered[:2]  # never below min_tasks
+
+
+def test_k_rollouts_per_task_infra_errors_are_no_evidence(settings: Settings, store: Store) -> None:
+    store.create_run("r", {})
+    store.start_iteration("r", 0, 0)
+    tasks = heldout(store)
+    settings.evaluation.samples_per_task = 3
+    ran = []
+
+    def run_pending(work):  # stands in for the loop's rollout runner: pass level 2, fail level 3, one infra
+        for spec, rid in work:
+            store.start_rollout(rid)
+            outcome = Outcome.SUCCESS if spec.difficulty == 2 else Outcome.FAILURE
+            if rid.endswith(".2") and spec.family == "text":
+                outcome = Outcome.INFRA_ERROR
+            store.finish_rollout(rid, outcome, float(outcome == Outcome.SUCCESS))
+            ran.append(rid)
+
+    result = evaluate_heldout(store, settings, "r", 0, 0, harness="builtin", run_pending=run_pending,
+                              new_rollout=new_rollout)
+    assert len(ran) == 12 * 3 and result.tasks == 12 and result.k == 3
+    assert result.n == 36 - 6 and result.passed == 9 + 9 - 3
+    assert result.by_level["2"]["pass_at_1"] == 1.0 and result.by_level["3"]["passed"] == 0
+    assert f"{tasks[0].id}.eval0" in ran  # the first sample keeps the loop's old rollout id
+    ((it, curve),) = learning_curve(store, "r")
+    assert it == 0 and (curve.passed, curve.n, curve.k, curve.tasks) == (result.passed, result.n, 3, 12)
+    assert dict(store.metric_series("r", "heldout_low"))[0] == result.low
