@@ -16,7 +16,7 @@ from appliance.lineage import ModelMismatch, check_base
 from appliance.schemas import Checkpoint, EngineState
 from appliance.serving import Engine, Weights
 from appliance.store import Store
-from appliance.testing import make_tiny_lora, make_tiny_model
+from tiny_model import make_tiny_lora, make_tiny_model  # tests/tiny_model.py
 from appliance.training.export import export_version
 from appliance.training.reference import greedy_token_ids
 from small_run import free_port  # tests/small_run.py

@@ -15,7 +15,7 @@ from appliance.errors import NotFoundError
 from appliance.lineage import check_base
 from appliance.schemas import Checkpoint, EngineState
 from appliance.store import Store
-from appliance.testing import make_tiny_lora
+from tiny_model import make_tiny_lora  # tests/tiny_model.py
 from appliance.training.export import ExportError, export_version
 from appliance.training.reference import greedy_token_ids
 
