@@ -62,6 +62,7 @@ def test_the_loops_train_phase_rebuilds_samples_a_crash_lost(store, settings, mo
         return SimpleNamespace(policy_version=0, timings={}, steps=[])
 
     monkeypatch.setattr(loop_module, "learn", fake_learn)
+    settings.training.demonstrations = False  # this test is about RL samples; demonstrations need the model folder
     engine = FakeEngine()
     engine.base_url = "http://unused"
     loop = loop_module.Loop(settings, store, engine, SimpleNamespace(stopping=threading.Event()), log=lambda m: None)
