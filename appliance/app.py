@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from appliance import scheduler
 from appliance.config import Settings
-from appliance.loop import Engine, Loop, learning_curve
+from appliance.evaluate import learning_curve
+from appliance.loop import Engine, Loop
 from appliance.practice import Practice
 from appliance.schemas import RolloutStatus
 from appliance.store import Store
@@ -97,7 +98,7 @@ def progress_line(store: Store, run_id: str, busy: bool) -> str:
     where = f"iteration {it.index} {it.phase}" if it else "starting"
     rollouts = store.rollouts(run_id, iteration=it.index) if it else []
     done = sum(r.status == RolloutStatus.FINISHED for r in rollouts)
-    curve = " ".join(f"{p:.0%}" for _, p, _ in learning_curve(store, run_id)) or "-"
+    curve = " ".join(f"{p.pass_at_1:.0%}" for _, p in learning_curve(store, run_id)) or "-"
     state, version, _ = store.engine_state()
     return (f"[{run.status}{' working' if busy else ''}] {where} | rollouts {done}/{len(rollouts)} | "
             f"engine {state} v{version} | held-out pass@1 {curve}")

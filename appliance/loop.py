@@ -435,12 +435,3 @@ def extra_draws_for(rewards: list[float], group_size: int, max_extra: int, drawn
     if not rewards or len(set(rewards)) > 1:
         return 0
     return max(0, min(group_size, group_size + max_extra - drawn))
-
-
-def learning_curve(store: Store, run_id: str) -> list[tuple[int, float, int]]:
-    """(iteration, held-out pass@1, n) per evaluated iteration."""
-    by_iter: dict[int, list[int]] = defaultdict(lambda: [0, 0])
-    for e in store.evals(run_id):
-        by_iter[e["iteration"]][0] += e["passed"]
-        by_iter[e["iteration"]][1] += e["n"]
-    return [(it, p / n if n else 0.0, n) for it, (p, n) in sorted(by_iter.items())]
