@@ -303,10 +303,26 @@ class Store:
     def migrate(self, stop_before: str | None = None) -> list[str]:
         """Apply pending migrations in order; returns the names applied."""
         db = sqlite_utils.Database(self.conn)
+        known = {m.name for m in migrations.pending(sqlite_utils.Database(memory=True))}
+        foreign = [m.name for m in migrations.applied(db) if m.name not in known]
+        if foreign:
+            # A store migrated by another build (a newer release, or a development branch whose migrations
+            # were later renumbered): applying ours over it would fail half-way or silently skew the schema.
+            raise StoreError(
+                f"the store at {self.path} was written by a different build of the appliance: it records "
+                f"migrations this build does not know ({', '.join(foreign)})",
+                f"run the build that wrote it, or move the store aside (mv {self.path} {self.path}.other) "
+                "or set APPLIANCE_HOME to another directory to start a fresh one",
+            )
         pending = [m.name for m in migrations.pending(db)]
         if stop_before is not None and stop_before in pending:
             pending = pending[: pending.index(stop_before)]
-        migrations.apply(db, stop_before=stop_before)
+        try:
+            migrations.apply(db, stop_before=stop_before)
+        except sqlite3.Error as e:
+            # Each migration and its record commit together, so the store is left at the last good one.
+            raise StoreError(f"cannot bring the store at {self.path} up to date: {e}",
+                             "restore it from a backup (`appliance backup` writes one) or move it aside") from e
         return pending
 
     def backup(self, dest: Path | str) -> Path:

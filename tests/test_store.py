@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.errors import NotFoundError, TransitionError
+from appliance.errors import NotFoundError, StoreError, TransitionError
 from appliance.schemas import (
     EngineState,
     Event,
@@ -46,6 +46,19 @@ def test_migrates_from_the_previous_schema_keeping_rows(tmp_path: Path) -> None:
     store.conn.execute("INSERT INTO runs (id, status, config, created_at, updated_at) VALUES ('r1','running','{}',0,0)")
     assert store.migrate() == [names[-1]]
     assert store.get_run("r1").status == RunStatus.RUNNING
+
+
+def test_a_store_from_another_build_is_refused_untouched(tmp_path: Path) -> None:
+    # The shape of a real failure: a development branch named its lineage migration m005_lineage, the
+    # merged build renumbered it; migrating that store again died half-way on "table lineages already exists".
+    path = tmp_path / "c.db"
+    Store(path).conn.execute(
+        "INSERT INTO _sqlite_migrations (migration_set, name, applied_at) VALUES ('appliance', 'm005_lineage', '')")
+    before = Store(path, migrate=False).applied_migrations()
+    with pytest.raises(StoreError) as e:
+        Store(path)
+    assert "m005_lineage" in e.value.message and "APPLIANCE_HOME" in e.value.hint
+    assert Store(path, migrate=False).applied_migrations() == before
 
 
 def test_run_transitions_are_enforced(store: Store) -> None:
