@@ -318,8 +318,8 @@ class Sandbox:
     def get(self, src: str, local_dest: Path | str) -> Path:
         """Copy a file or directory tree from inside to exactly `local_dest` on the host (replaced if present).
 
-        The archive comes from the untrusted side: the 'data' filter drops absolute paths, links pointing
-        out of the target, devices and FIFOs (named in `self.dropped`)."""
+        The archive comes from the untrusted side: `transfer.sanitize` drops paths and links pointing out of
+        the tree, devices and FIFOs (named in `self.dropped`); links are not recreated on the host."""
         source, dest = PurePosixPath(src), Path(local_dest)
         data, self.dropped = self.get_tar(src)
         dest.parent.mkdir(parents=True, exist_ok=True)

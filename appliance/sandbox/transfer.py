@@ -3,8 +3,10 @@
 No sandbox ever sees a host directory that the host writes to while task code runs: what goes in is an
 archive the host built (`pack_files` from a task's text, `pack_dir` from a host-only directory, read
 without following links); what comes out is an archive from the untrusted side that `sanitize` re-packs
-through tarfile's 'data' filter, so absolute paths, links pointing out of the tree, devices and FIFOs are
-dropped (and named, so callers can record them as tampering) before anything touches a host disk.
+with the rules of tarfile's 'data' filter (our own copy: the container's Python 3.11.2 predates it), so
+paths out of the tree, links pointing out of it, devices and FIFOs are dropped (and named, so callers can
+record them as tampering) before anything touches a host disk. `unpack` writes only directories and
+regular files on the host, never links, so no later member can be redirected through one.
 `overlay` puts a task's protected files over such an archive. `shell_put` / `shell_get` carry archives
 through a sandbox's persistent shell (base64 on stdin/stdout: ~ms instead of a `podman exec` each).
 """
@@ -12,6 +14,7 @@ through a sandbox's persistent shell (base64 on stdin/stdout: ~ms instead of a `
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
 import io
 import os
@@ -23,17 +26,36 @@ from typing import Any
 
 from appliance.errors import SandboxError
 
-_FAKE_ROOT = "/appliance-archive-root"  # where data_filter pretends to extract, to judge links
 _KINDS = {tarfile.FIFOTYPE: "fifo", tarfile.CHRTYPE: "device", tarfile.BLKTYPE: "device",
           tarfile.SYMTYPE: "link", tarfile.LNKTYPE: "hard link"}
 
 
-def _compact(data: bytes) -> bytes:
-    """Drop tarfile's padding to a 10 KiB record (most of a small archive): the members, then the two
-    zero blocks that end an archive. Members are 512-byte aligned, so re-padding to 512 restores any
-    zeros a member's own padding lost."""
-    body = data.rstrip(b"\0")
-    return body + b"\0" * (-len(body) % 512) + b"\0" * 1024
+def _closed(tar: tarfile.TarFile, buf: io.BytesIO) -> bytes:
+    """Close a writer and return its archive without tarfile's padding to a 10 KiB record (most of a small
+    archive): the members up to where the last one ends, then the two zero blocks that end an archive.
+    (Never strip trailing zeros instead: a member's own data may end in them.)"""
+    end = tar.offset
+    tar.close()
+    return buf.getvalue()[:end] + b"\0" * 1024
+
+
+def _outside(path: str) -> bool:
+    return path.startswith("/") or ".." in PurePosixPath(os.path.normpath(path)).parts
+
+
+def _refusal(member: tarfile.TarInfo, name: str) -> str | None:
+    """Why the 'data' filter's rules refuse a member from the untrusted side, or None."""
+    if ".." in PurePosixPath(member.name).parts:
+        return "path outside the tree"
+    if member.isdev() or member.isfifo():
+        return _KINDS.get(member.type, "special file")
+    if member.issym() and _outside(os.path.join(os.path.dirname(name), member.linkname)):
+        return "link: points outside the tree"
+    if member.islnk() and _outside(member.linkname):
+        return "hard link: points outside the tree"
+    if not (member.isreg() or member.isdir() or member.issym() or member.islnk()):
+        return "special file"
+    return None
 
 
 def _norm(name: str) -> str:
@@ -45,21 +67,21 @@ def pack_files(files: Mapping[str, str | bytes]) -> bytes:
     """An archive of workspace files (path -> text), parent directories included, owned by the agent."""
     buf = io.BytesIO()
     dirs: set[str] = set()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for rel, content in files.items():
-            parts = PurePosixPath(rel).parts
-            for i in range(1, len(parts)):
-                d = "/".join(parts[:i])
-                if d not in dirs:
-                    dirs.add(d)
-                    info = tarfile.TarInfo(d)
-                    info.type, info.mode = tarfile.DIRTYPE, 0o755
-                    tar.addfile(info)
-            data = content.encode() if isinstance(content, str) else content
-            info = tarfile.TarInfo(_norm(rel))
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
-    return _compact(buf.getvalue())
+    tar = tarfile.open(fileobj=buf, mode="w")
+    for rel, content in files.items():
+        parts = PurePosixPath(rel).parts
+        for i in range(1, len(parts)):
+            d = "/".join(parts[:i])
+            if d not in dirs:
+                dirs.add(d)
+                info = tarfile.TarInfo(d)
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+        data = content.encode() if isinstance(content, str) else content
+        info = tarfile.TarInfo(_norm(rel))
+        info.size, info.mode = len(data), 0o644
+        tar.addfile(info, io.BytesIO(data))
+    return _closed(tar, buf)
 
 
 def pack_dir(root: Path) -> tuple[bytes, list[str]]:
@@ -95,25 +117,29 @@ def sanitize(data: bytes) -> tuple[bytes, list[str]]:
         src = tarfile.open(fileobj=io.BytesIO(data), mode="r:")
     except tarfile.TarError as e:
         raise SandboxError(f"the workspace archive is unreadable: {e}", "an infra error; retry") from None
-    with src, tarfile.open(fileobj=out, mode="w") as dst:
-        for member in src:
-            name = _norm(member.name)
-            if not name:
-                continue
-            try:
-                clean = tarfile.data_filter(member, _FAKE_ROOT)
-            except tarfile.FilterError as e:
-                dropped.append(f"{name} ({_KINDS.get(member.type, 'entry')}: {type(e).__name__})")
-                continue
-            if clean.isdev() or clean.isfifo():
-                dropped.append(f"{name} ({_KINDS.get(clean.type, 'special file')})")
-                continue
-            mode = clean.mode if clean.mode is not None else (member.mode & 0o777)  # None: links
-            clean = clean.replace(name=name, mode=mode, uid=0, gid=0, uname="", gname="", deep=False)
-            if clean.islnk():
-                clean = clean.replace(linkname=_norm(clean.linkname), deep=False)
-            dst.addfile(clean, src.extractfile(member) if clean.isreg() else None)
-    return _compact(out.getvalue()), dropped
+    dst = tarfile.open(fileobj=out, mode="w")
+    with src:
+        try:
+            for member in src:
+                name = _norm(member.name)
+                if not name:
+                    continue
+                refusal = _refusal(member, name)
+                if refusal is not None:
+                    dropped.append(f"{name} ({refusal})")
+                    continue
+                # As the 'data' filter: no setuid/setgid/sticky, no group/other write; files owner-rw.
+                mode = member.mode & 0o755 | (0o600 if member.isreg() else 0)
+                clean = copy.copy(member)  # (TarInfo.replace is 3.11.4+)
+                clean.name, clean.mode, clean.uid, clean.gid, clean.uname, clean.gname = name, mode, 0, 0, "", ""
+                clean.pax_headers = {}  # a copied pax 'path' would win over the cleaned name when written
+                if clean.islnk():
+                    clean.linkname = _norm(clean.linkname)
+                dst.addfile(clean, src.extractfile(member) if clean.isreg() else None)
+        except tarfile.TarError as e:
+            dst.close()
+            raise SandboxError(f"the workspace archive is unreadable: {e}", "an infra error; retry") from None
+    return _closed(dst, out), dropped
 
 
 def members(data: bytes) -> dict[str, tarfile.TarInfo]:
@@ -144,7 +170,8 @@ def overlay(data: bytes, files: Mapping[str, str]) -> tuple[bytes, list[str]]:
         if got is None or hashlib.sha256(got).hexdigest() != want[path]:
             changed.append(path)
     out = io.BytesIO()
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as src, tarfile.open(fileobj=out, mode="w") as dst:
+    dst = tarfile.open(fileobj=out, mode="w")
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as src:
         for m in src:
             name = _norm(m.name)
             if name in files or any(name.startswith(p + "/") for p in files) or (name in parents and not m.isdir()):
@@ -156,32 +183,42 @@ def overlay(data: bytes, files: Mapping[str, str]) -> tuple[bytes, list[str]]:
         with restored:
             for m in restored:
                 dst.addfile(m, restored.extractfile(m) if m.isreg() else None)
-    return _compact(out.getvalue()), changed
+    return _closed(dst, out), changed
 
 
 def without(data: bytes, paths: list[str]) -> bytes:
     """The archive minus `paths` and everything under them."""
     out = io.BytesIO()
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as src, tarfile.open(fileobj=out, mode="w") as dst:
+    dst = tarfile.open(fileobj=out, mode="w")
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as src:
         for m in src:
             name = _norm(m.name)
             if not any(name == p or name.startswith(p + "/") for p in paths):
                 dst.addfile(m, src.extractfile(m) if m.isreg() else None)
-    return _compact(out.getvalue())
+    return _closed(dst, out)
 
 
 def unpack(data: bytes, dest: Path) -> None:
-    """Extract a sanitized archive into `dest` (a fresh host directory)."""
+    """Extract a sanitized archive into `dest` (a fresh host directory): directories and regular files
+    only. Links are not recreated on the host, so nothing written later can be redirected through one."""
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-        tar.extractall(dest, filter=_skip_unsafe)
-
-
-def _skip_unsafe(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
-    try:
-        return tarfile.data_filter(member, path)
-    except tarfile.FilterError:
-        return None
+        for m in tar:
+            name = _norm(m.name)
+            if not name or ".." in PurePosixPath(name).parts:
+                continue
+            target = dest / name
+            if m.isdir():
+                target.mkdir(parents=True, exist_ok=True)
+            elif m.isreg():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                src = tar.extractfile(m)
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+                with os.fdopen(fd, "wb") as f:
+                    if src is not None:
+                        f.write(src.read())
+                os.chmod(target, m.mode & 0o755 | 0o600)
+                os.utime(target, (m.mtime, m.mtime))
 
 
 # --- through the persistent shell ------------------------------------------------------------------

@@ -28,17 +28,53 @@ def hostile_archive() -> bytes:
         add("./dev", tarfile.CHRTYPE)
         add("/etc/cron.d/x", data=b"* * * * * root evil")
         add("../escape.txt", data=b"x")
+        info = tarfile.TarInfo("/root/.bashrc")  # written as a pax 'path' record, which wins when copied
+        info.pax_headers = {"path": "/root/.bashrc"}
+        info.size = 4
+        tar.addfile(info, io.BytesIO(b"evil"))
     return buf.getvalue()
 
 
 def test_sanitize_keeps_the_tree_and_names_what_it_drops(tmp_path: Path) -> None:
     data, dropped = transfer.sanitize(hostile_archive())
     # an absolute name is made relative (it lands inside the tree, never at /)
-    assert set(transfer.members(data)) == {"ok.txt", "inside", "etc/cron.d/x"}
+    assert set(transfer.members(data)) == {"ok.txt", "inside", "etc/cron.d/x", "root/.bashrc"}
+    assert all(not m.name.startswith("/") for m in tarfile.open(fileobj=io.BytesIO(data)))
     assert {d.split(" ")[0] for d in dropped} == {"abs", "up", "pipe", "dev", "../escape.txt"}
     transfer.unpack(data, tmp_path / "out")
-    assert (tmp_path / "out" / "ok.txt").read_text() == "fine" and os.readlink(tmp_path / "out" / "inside") == "ok.txt"
+    # the host gets files and directories only: no link it could later be redirected through
+    assert (tmp_path / "out" / "ok.txt").read_text() == "fine" and not os.path.lexists(tmp_path / "out" / "inside")
     assert not (tmp_path / "escape.txt").exists()
+
+
+def test_a_link_chain_cannot_carry_a_host_write_out_of_the_tree(tmp_path: Path) -> None:
+    # Each link looks inside on its own ("s" -> ".", "p" -> "s/s/s/../..", lexically "."), but followed on
+    # disk "p" climbs out; a file written "through" it must stay in the tree.
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, link in (("s", "."), ("p", "s/s/s/../../..")):
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, link
+            tar.addfile(info)
+        info = tarfile.TarInfo("p/planted.txt")
+        info.size = 4
+        tar.addfile(info, io.BytesIO(b"evil"))
+    data, _ = transfer.sanitize(buf.getvalue())
+    (tmp_path / "deep" / "out").mkdir(parents=True)
+    transfer.unpack(data, tmp_path / "deep" / "out")
+    assert sorted(p.name for p in tmp_path.rglob("planted.txt")) == ["planted.txt"]
+    assert (tmp_path / "deep" / "out" / "p" / "planted.txt").read_bytes() == b"evil"
+
+
+def test_member_data_ending_in_zeros_survives_every_repack() -> None:
+    # A zero-filled file (`truncate -s 4K`, `dd if=/dev/zero`) once lost its tail to the padding trim.
+    blob = b"x" + b"\0" * 5000
+    data = transfer.pack_files({"a/zeros.bin": blob})
+    data, dropped = transfer.sanitize(data)
+    data, _ = transfer.overlay(data, {"keep.txt": "k\n"})
+    data = transfer.without(data, ["keep.txt"])
+    assert dropped == [] and transfer.read_member(data, "a/zeros.bin") == blob
+    assert len(data) % 512 == 0 and len(data) < 10240
 
 
 def test_pack_dir_never_follows_links_and_leaves_special_files_out(tmp_path: Path) -> None:
