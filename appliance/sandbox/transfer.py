@@ -20,6 +20,7 @@ import io
 import os
 import stat
 import tarfile
+import time
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -64,7 +65,11 @@ def _norm(name: str) -> str:
 
 
 def pack_files(files: Mapping[str, str | bytes]) -> bytes:
-    """An archive of workspace files (path -> text), parent directories included, owned by the agent."""
+    """An archive of workspace files (path -> text), parent directories included, owned by the agent.
+
+    Stamped with the current time, as files written now would be: a task about file ages (`find -mtime`)
+    sets its old files' times in setup, and everything else must read as new, never as 1970."""
+    stamp = int(time.time())
     buf = io.BytesIO()
     dirs: set[str] = set()
     tar = tarfile.open(fileobj=buf, mode="w")
@@ -75,11 +80,11 @@ def pack_files(files: Mapping[str, str | bytes]) -> bytes:
             if d not in dirs:
                 dirs.add(d)
                 info = tarfile.TarInfo(d)
-                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, stamp
                 tar.addfile(info)
         data = content.encode() if isinstance(content, str) else content
         info = tarfile.TarInfo(_norm(rel))
-        info.size, info.mode = len(data), 0o644
+        info.size, info.mode, info.mtime = len(data), 0o644, stamp
         tar.addfile(info, io.BytesIO(data))
     return _closed(tar, buf)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import tarfile
+import time
 from pathlib import Path
 
 from appliance.sandbox import transfer
@@ -75,6 +76,12 @@ def test_member_data_ending_in_zeros_survives_every_repack() -> None:
     data = transfer.without(data, ["keep.txt"])
     assert dropped == [] and transfer.read_member(data, "a/zeros.bin") == blob
     assert len(data) % 512 == 0 and len(data) < 10240
+
+
+def test_packed_files_are_new_not_from_1970() -> None:
+    # `find -mtime +2 -delete` in a task's reference must spare every file setup did not age.
+    member = transfer.members(transfer.pack_files({"d/a.txt": "x"}))
+    assert all(abs(m.mtime - time.time()) < 60 for m in member.values())
 
 
 def test_pack_dir_never_follows_links_and_leaves_special_files_out(tmp_path: Path) -> None:
