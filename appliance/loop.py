@@ -60,7 +60,8 @@ from appliance.tasks import TaskSpec
 from appliance.tasks.difficulty import next_levels, split_budget
 from appliance.tasks.families import FAMILIES, synthesize
 from appliance.tasks.heldout import heldout_tasks
-from appliance.tasks.validate import record_band, validate_many
+from appliance.tasks.pool import record_band
+from appliance.tasks.validate import validate_many
 from appliance.training.learn import EngineControl, learn
 
 BASELINE_PHASES = [Phase.EVALUATE, Phase.DIAGNOSE]
