@@ -366,10 +366,10 @@ class Loop:
         cells: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
         by_task = {t.id: t for t in tasks}
         for r in self.store.rollouts(self.run.id, iteration=index, purpose="eval"):
-            task = by_task.get(r.task_id or "")
-            if task is None or r.outcome == Outcome.INFRA_ERROR:
+            evaluated = by_task.get(r.task_id or "")
+            if evaluated is None or r.outcome == Outcome.INFRA_ERROR:
                 continue
-            cell = cells[(task.family, task.difficulty)]
+            cell = cells[(evaluated.family, evaluated.difficulty)]
             cell[0] += 1
             cell[1] += r.outcome == Outcome.SUCCESS
         for (family, level), (n, passed) in cells.items():
