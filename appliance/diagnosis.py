@@ -78,11 +78,11 @@ def build_report(store: Store, run_id: str, iteration: int,
 
     regressions = []
     previous = {(r["family"], r["difficulty"]): r for r in by_iter.get(iteration - 1, [])}
-    for r in current:
-        prev = previous.get((r["family"], r["difficulty"]))
-        if prev and prev["n"] and r["n"] and r["passed"] / r["n"] < prev["passed"] / prev["n"]:
-            regressions.append({"family": r["family"], "difficulty": r["difficulty"],
-                                "before": prev["passed"] / prev["n"], "after": r["passed"] / r["n"]})
+    for row in current:
+        prev = previous.get((row["family"], row["difficulty"]))
+        if prev and prev["n"] and row["n"] and row["passed"] / row["n"] < prev["passed"] / prev["n"]:
+            regressions.append({"family": row["family"], "difficulty": row["difficulty"],
+                                "before": prev["passed"] / prev["n"], "after": row["passed"] / row["n"]})
 
     family_rates = {}
     for family, levels in {**train, **heldout}.items():
@@ -169,7 +169,7 @@ def capability(store: Store, rollouts: list[Rollout], tasks: dict[str, Any], *,
         failed = [r for r in rs if r.outcome != Outcome.SUCCESS]
         ops: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # operation (spec.meta, where families name it)
         for r in rs:
-            op = (tasks[r.task_id].spec.get("meta") or {}).get("operation") or family
+            op = (tasks[r.task_id or ""].spec.get("meta") or {}).get("operation") or family
             ops[op][0] += 1
             ops[op][1] += r.outcome == Outcome.SUCCESS
         modes = Counter(failure_mode(r) for r in failed)
@@ -179,7 +179,7 @@ def capability(store: Store, rollouts: list[Rollout], tasks: dict[str, Any], *,
             cmd = _first_command(store, r.id)
             wrong[cmd or "(no command)"] += 1
             if example is None and cmd:
-                instruction = " ".join(tasks[r.task_id].spec.get("instruction", "").split())
+                instruction = " ".join(tasks[r.task_id or ""].spec.get("instruction", "").split())
                 example = {"task": instruction[:160], "ran": cmd}
         out[family][str(level)] = {"n": len(rs), "passed": passed, "pass_rate": passed / len(rs),
                                    "failure_modes": dict(modes), "wrong_commands": wrong.most_common(3),

@@ -84,7 +84,8 @@ def spread(tasks: list[Task]) -> list[Task]:
     cells: dict[tuple[int, str], list[Task]] = defaultdict(list)
     for t in sorted(tasks, key=lambda t: t.id):
         cells[(t.difficulty, t.family)].append(t)
-    out, keys, i = [], sorted(cells), 0
+    out: list[Task] = []
+    keys, i = sorted(cells), 0
     while len(out) < len(tasks):
         for key in keys:
             if i < len(cells[key]):
@@ -98,7 +99,7 @@ def rollout_cost_s(rollouts: list[Rollout]) -> float | None:
     done = [r for r in rollouts if r.started_at and r.finished_at]
     if not done:
         return None
-    span = max(r.finished_at for r in done) - min(r.started_at for r in done)
+    span = max(r.finished_at or 0.0 for r in done) - min(r.started_at or 0.0 for r in done)  # all set: see done
     return max(span, 0.0) / len(done)
 
 
@@ -142,10 +143,10 @@ def evaluate_heldout(store: Store, settings: Settings, run_id: str, iteration: i
     cells: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
     by_task = {t.id: t for t in chosen}
     for r in store.rollouts(run_id, iteration=iteration, purpose="eval"):
-        task = by_task.get(r.task_id or "")
-        if task is None or r.outcome in (None, Outcome.INFRA_ERROR):
+        evaluated = by_task.get(r.task_id or "")
+        if evaluated is None or r.outcome in (None, Outcome.INFRA_ERROR):
             continue
-        cell = cells[(task.family, task.difficulty)]
+        cell = cells[(evaluated.family, evaluated.difficulty)]
         cell[0] += 1
         cell[1] += r.outcome == Outcome.SUCCESS
     for (family, level), (n, passed) in cells.items():

@@ -60,7 +60,8 @@ from appliance.tasks import TaskSpec
 from appliance.tasks.difficulty import next_levels, split_budget
 from appliance.tasks.families import FAMILIES, synthesize
 from appliance.tasks.heldout import heldout_tasks
-from appliance.tasks.validate import record_band, validate_many
+from appliance.tasks.pool import record_band
+from appliance.tasks.validate import validate_many
 from appliance.training.learn import EngineControl, learn
 
 BASELINE_PHASES = [Phase.EVALUATE, Phase.DIAGNOSE]
@@ -365,10 +366,10 @@ class Loop:
         cells: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
         by_task = {t.id: t for t in tasks}
         for r in self.store.rollouts(self.run.id, iteration=index, purpose="eval"):
-            task = by_task.get(r.task_id or "")
-            if task is None or r.outcome == Outcome.INFRA_ERROR:
+            evaluated = by_task.get(r.task_id or "")
+            if evaluated is None or r.outcome == Outcome.INFRA_ERROR:
                 continue
-            cell = cells[(task.family, task.difficulty)]
+            cell = cells[(evaluated.family, evaluated.difficulty)]
             cell[0] += 1
             cell[1] += r.outcome == Outcome.SUCCESS
         for (family, level), (n, passed) in cells.items():

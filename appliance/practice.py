@@ -36,7 +36,7 @@ from appliance.harness.builtin import run_builtin
 from appliance.harness.external import harness_image, harness_settings, run_external
 from appliance.proxy import register_route
 from appliance.sandbox import ModelDoor, SandboxPool
-from appliance.schemas import ModelCall, Outcome, Rollout, RolloutStatus
+from appliance.schemas import ModelCall, Outcome, Rollout, RolloutStatus, Sample
 from appliance.store import Store
 from appliance.tasks import TaskSpec, verify_workspace
 from appliance.tasks.validate import write_workspace
@@ -106,6 +106,7 @@ def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> Rollout
     workspace.mkdir(parents=True)
     episode: Episode | None = None
     verifier_output, tampered, turns = "", [], 0
+    reason: str | None
     outcome, reward, reason = Outcome.INFRA_ERROR, 0.0, "infra: rollout did not finish"
     try:
         write_workspace(spec, workspace)
@@ -159,7 +160,8 @@ def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> Rollout
         # the engine was stopped or the sandbox swept under it: no outcome; the next start redoes it
         store.requeue_rollout(rollout.id)
         raise Interrupted(f"rollout {rollout.id} interrupted by the shutdown ({reason})")
-    samples, trajectory = [], None
+    samples: list[Sample] = []
+    trajectory: TrajectoryReport | None = None
     if outcome != Outcome.INFRA_ERROR:
         try:
             samples, trajectory = build_samples(store.model_calls(rollout.id), rollout_id=rollout.id,

@@ -55,7 +55,7 @@ def run_load(url: str, body: dict, concurrency: int, n: int) -> tuple[list[float
                     first = None
                     async with client.stream("POST", url, json=body) as r:
                         r.raise_for_status()
-                        async for chunk in r.aiter_bytes():
+                        async for _ in r.aiter_bytes():
                             if first is None:
                                 first = time.perf_counter() - t0
                     lat.append(time.perf_counter() - t0)

@@ -17,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from appliance.config import load_settings
 from appliance.sandbox import build_image, sweep
 from appliance.tasks import validate_agent_free
-from appliance.tasks.validate import validate_many
 from appliance.tasks.families import FAMILIES, LEVELS, generate
+from appliance.tasks.validate import validate_many
 
 
 def main() -> None:

@@ -22,8 +22,18 @@ import tempfile
 import time
 from pathlib import Path
 
-from appliance.schemas import (Event, IterationStatus, ModelCall, Outcome, Phase, Rollout, RolloutStatus, Split,
-                               Task, TaskStatus)
+from appliance.schemas import (
+    Event,
+    IterationStatus,
+    ModelCall,
+    Outcome,
+    Phase,
+    Rollout,
+    RolloutStatus,
+    Split,
+    Task,
+    TaskStatus,
+)
 from appliance.store import Store
 from appliance.tui.app import ApplianceApp
 

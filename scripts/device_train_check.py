@@ -144,7 +144,8 @@ def run(mode: str, args: argparse.Namespace) -> dict:
         "mfu": round(achieved / (args.peak_tflops * 1e12 * args.world), 4),
         "flops_per_token": fpt, "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
     }
-    del model, opt, micro
+    # free the step's model, optimizer and batches before empty_cache (assigned, not deleted: `step` closes over them)
+    model = opt = micro = None
     if cuda:
         torch.cuda.empty_cache()
     return out

@@ -36,10 +36,13 @@ class Room:
 
 ROOMS = [
     Room(0, ("errors",), "`ApplianceError(message, hint)` and its subclasses"),
-    Room(1, ("config",), "one settings tree: `appliance.toml` + `APPLIANCE_*` env, profiles `cpu` and `gpu`"),
+    Room(1, ("config",), "one settings tree: `appliance.toml` + `APPLIANCE_*` env, profiles `cpu` and `gpu` "
+                         "(`settings`: the sections and their help texts; `loading`: file, profile, env, errors)"),
     Room(1, ("schemas",), "typed records, enums and allowed state transitions (run, iteration, task, rollout, "
                           "model call, sample, engine state, outcome)"),
-    Room(2, ("store",), "the only place with SQL: SQLite (WAL) through sqlite-utils, migrations, typed queries"),
+    Room(2, ("store",), "the only place with SQL: SQLite (WAL) through sqlite-utils; `Store` composed from one "
+                        "module per concern (`db` connections and transactions, `schema` migrations, `records` row "
+                        "mapping, `runs`, `tasks`, `rollouts`, `events`, `results`, `lineage`, `demonstrations`)"),
     Room(3, ("lineage",), "the model's identity: the recorded base model (content hash), the policy versions "
                           "trained from it, the start-up check, `appliance model use`, labels, the model card"),
     Room(4, ("serving",), "the inference engine process: launch vLLM (GPU build, or the CPU build for the embedded "
@@ -52,8 +55,8 @@ ROOMS = [
                         "ids and logprobs; records every call"),
     Room(5, ("harness",), "the built-in agent (a bash-tool loop) and the adapter that runs any third-party harness "
                           "inside a sandbox pointed at the proxy"),
-    Room(6, ("tasks",), "task format, procedural families, self-proposal, validation, difficulty controller, "
-                        "held-out set"),
+    Room(6, ("tasks",), "task format, procedural families, self-proposal, validation and admission, the pool's "
+                        "rules (near-duplicates, learnable band), difficulty controller, held-out set"),
     Room(7, ("training",), "TRL glue: GRPO over appliance rollouts, SFT, LoRA, checkpoints; the only module that "
                            "imports torch/trl (see \"Learning: how we use TRL\")"),
     Room(7, ("practice",), "one rollout end to end: workspace, sandbox, built-in or third-party harness, pristine "
@@ -77,7 +80,8 @@ ROOMS = [
          "trajectory printout"),
     Room(10, ("app",), "the appliance process: engine, proxy and sandbox pool (`services`), and `appliance run` "
                       "wiring loop, scheduler and TUI together"),
-    Room(11, ("cli",), "thin `appliance` commands over library functions (imports lazily, inside each command)"),
+    Room(11, ("cli",), "thin `appliance` commands over library functions (imports lazily, inside each command), "
+                       "one module per audience: `home`, `steer`, `tasks`, `debug`"),
     Room(12, ("testing",), "fakes for tests and benchmarks (scripted policy, shell, engine, control consumer); "
                            "nothing in the product imports it"),
 ]

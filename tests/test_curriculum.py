@@ -26,7 +26,7 @@ def loop(settings: Settings, store: Store) -> Loop:
 
 def practise(store: Store, run_id: str, iteration: int, passed_by_family: dict[str, int], k: int = 4) -> None:
     """Stand-in for PRACTISE: k rollouts per task of the iteration, `passed` of them succeed, bands recorded."""
-    from appliance.tasks.validate import record_band
+    from appliance.tasks.pool import record_band
 
     for t in store.tasks(run_id, split=Split.TRAIN, status=TaskStatus.VALID):
         if t.spec.get("meta", {}).get("iteration") != iteration:

@@ -178,7 +178,7 @@ def test_first_learn_phase_warm_starts_later_ones_mix(settings: Settings, store:
 
     store.create_run("r1", {})
     for level in (1, 2, 3, 4, 5):
-        for i, spec in enumerate(synthesize("files", level, 3, seed="mix")):
+        for spec in synthesize("files", level, 3, seed="mix"):
             task = task_of(spec)
             store.add_task(task)
             messages = [{"role": "user", "content": f"Task: {spec.instruction}"},

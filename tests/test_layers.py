@@ -40,3 +40,12 @@ def test_the_design_page_shows_the_table_the_code_makes() -> None:
     assert printed.startswith("| floor | module | owns |")
     assert module_table.design_table() == printed, \
         "docs/DESIGN.md's Components table is stale: run scripts/module_table.py --write"
+
+
+MAX_MODULE_LINES = 450  # STYLE.md: aim for 80-300 lines a module, split past ~500; issue 17 set the bar here
+
+
+def test_no_module_is_over_the_line_limit() -> None:
+    long = {name: n for name, path in module_table.package_modules().items()
+            if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"split these modules by concern (at most {MAX_MODULE_LINES} lines each): {long}"

@@ -12,8 +12,8 @@ from appliance.config import load_settings
 from appliance.errors import ApplianceError, NotFoundError
 from appliance.lineage import (
     ModelMismatch,
-    check_base,
     chain,
+    check_base,
     describe_version,
     model_card,
     model_identity,

@@ -167,7 +167,7 @@ class Shell:
                 raise SandboxError(f"sandbox {self._sb.name} died while running a command",
                                    "an infra error: the rollout is excluded from training; check `podman ps -a`")
         code = int(out.trailer) if out.trailer is not None and out.trailer.strip().lstrip(b"-").isdigit() else (
-            137 if timed_out else (proc.poll() if proc.poll() is not None else -1))
+            137 if timed_out else (rc if (rc := proc.poll()) is not None else -1))
         return ExecResult(code, out.text(), err.text(), duration, timed_out, bool(out.dropped or err.dropped))
 
     def _kill(self) -> None:

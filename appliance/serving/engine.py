@@ -31,9 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import httpx
 
@@ -42,33 +40,10 @@ from appliance.errors import ApplianceError, EngineError
 from appliance.lineage import check_base
 from appliance.schemas import EngineState, Event
 from appliance.serving import process
+from appliance.serving.weights import Weights, WeightsKind, ties_embeddings
 from appliance.store import Store
 
 CANARY_TEXT = "The appliance canary: count the planets of the solar system, then name the largest."
-WeightsKind = Literal["lora", "full"]
-
-
-@dataclass(frozen=True)
-class Weights:
-    """What the engine serves: a full-weights folder, optionally with a LoRA adapter on top."""
-
-    full: Path
-    lora: Path | None = None
-    adapter_name: str | None = None
-
-    def to_json(self) -> str:
-        return json.dumps({"full": str(self.full), "lora": str(self.lora) if self.lora else None,
-                           "adapter_name": self.adapter_name})
-
-    @classmethod
-    def from_json(cls, text: str | None) -> Weights | None:
-        if not text:
-            return None
-        d = json.loads(text)
-        return cls(Path(d["full"]), Path(d["lora"]) if d.get("lora") else None, d.get("adapter_name"))
-
-    def exists(self) -> bool:
-        return self.full.exists() and (self.lora is None or self.lora.exists())
 
 
 class Engine:
@@ -324,7 +299,7 @@ class Engine:
             if new.full != previous.full:
                 self._reload_full(new.full)
             self._load_adapter(new.adapter_name, new.lora)
-        elif _ties_embeddings(new.full) or self._proc is None or self._proc.poll() is not None:
+        elif ties_embeddings(new.full) or self._proc is None or self._proc.poll() is not None:
             self._launch()
         else:
             self._reload_full(new.full)
@@ -339,7 +314,7 @@ class Engine:
             self._set(EngineState.SYNCING)
         try:
             alive = self._proc is not None and self._proc.poll() is None
-            if not alive or (self._weights_differ_on_engine(previous) and _ties_embeddings(previous.full)):
+            if not alive or (self._weights_differ_on_engine(previous) and ties_embeddings(previous.full)):
                 self._launch()
             elif self._weights_differ_on_engine(previous):
                 self._reload_full(previous.full)
@@ -444,10 +419,3 @@ class Engine:
 
 def _is_under(path: Path, folder: Path) -> bool:
     return path.expanduser().resolve().is_relative_to(folder.expanduser().resolve())
-
-
-def _ties_embeddings(folder: Path) -> bool:
-    try:
-        return bool(json.loads((folder / "config.json").read_text()).get("tie_word_embeddings", False))
-    except (OSError, ValueError):
-        return False

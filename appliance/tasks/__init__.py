@@ -23,8 +23,9 @@ verifier in a new sandbox over a copy of the final workspace, with protected fil
 """
 
 from appliance.tasks.format import FORMAT_VERSION, Limits, TaskFormatError, TaskSpec, load_task, write_task
+from appliance.tasks.pool import dedupe, fingerprint
 from appliance.tasks.validate import (
-    REASONS, Stage, Validation, VerifyResult, dedupe, fingerprint, validate_agent_free, verify_workspace,
+    REASONS, Stage, Validation, VerifyResult, validate_agent_free, verify_workspace,
 )
 
 __all__ = [

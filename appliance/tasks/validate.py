@@ -1,4 +1,4 @@
-"""Is a task sound? The verifier's pristine run, agent-free validation, dedupe, agent-based banding.
+"""Is a task sound? The verifier's pristine run, agent-free validation, admission into the pool.
 
 Task code (setup, reference solution, verifier; self-proposed tasks are written by the policy) and the
 agent's leftovers are untrusted. Nothing here shares a host directory with a sandbox: workspaces go in
@@ -22,19 +22,18 @@ reject. `validate_many` does the same for many tasks in parallel, `sandbox.valid
 sandbox, scrubbed between them (1: a new sandbox per task, about 2x slower). Any other exception while a task is validated
 is that task's rejection and the end of its sandbox; it never touches another task's verdict.
 
-`dedupe` drops near-duplicates by a normalised fingerprint of instruction + files (digits and case
-folded, whitespace collapsed), so two tasks that differ only in a number count as one.
+`admit` stores each task with its verdict, near-duplicates of the pool rejected (`appliance.tasks.pool`
+holds the fingerprint and the learnable band, which need no sandbox).
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shlex
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
@@ -45,6 +44,7 @@ from appliance.errors import ApplianceError, NotFoundError, SandboxError
 from appliance.sandbox.transfer import members, overlay, pack_dir, pack_files, shell_get, shell_put, without
 from appliance.schemas import Split, Task, TaskStatus
 from appliance.tasks.format import TaskFormatError, TaskSpec
+from appliance.tasks.pool import fingerprint
 
 VERIFY_TIMEOUT_S = 60.0
 AGENT_UID = 1000
@@ -387,39 +387,6 @@ def _tail(r: Any, n: int = 600) -> str:
     return text[-n:]
 
 
-# --- near-duplicates ---------------------------------------------------------------------------------
-def fingerprint(spec: TaskSpec) -> str:
-    """Instruction + workspace files, lowercased, digits folded to 0 and whitespace collapsed."""
-    def norm(s: str) -> str:
-        return " ".join(re.sub(r"\d+", "0", s.lower()).split())
-
-    parts = [norm(spec.instruction)] + [f"{norm(k)}={norm(v)}" for k, v in sorted(spec.files.items())]
-    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
-
-
-def dedupe(specs: Iterable[TaskSpec], seen: set[str] | None = None) -> tuple[list[TaskSpec], list[TaskSpec]]:
-    """(kept, dropped): the first task of each fingerprint is kept; `seen` (updated) carries earlier pools."""
-    seen = set() if seen is None else seen
-    kept, dropped = [], []
-    for s in specs:
-        fp = fingerprint(s)
-        (dropped if fp in seen else kept).append(s)
-        seen.add(fp)
-    return kept, dropped
-
-
-# --- agent-based validation: the learnable band --------------------------------------------------
-def band_status(passed: int, attempts: int, band: tuple[float, float] = (0.0, 1.0)) -> TaskStatus:
-    """K rollouts of the current policy: inside the open band (low, high) the task is learnable."""
-    rate = passed / attempts if attempts else 0.0
-    low, high = band
-    if rate <= low:
-        return TaskStatus.TOO_HARD
-    if rate >= high:
-        return TaskStatus.TOO_EASY
-    return TaskStatus.LEARNABLE
-
-
 # --- into the pool -----------------------------------------------------------------------------------
 def admit(settings: Settings, store: Any, specs: list[TaskSpec], *, run_id: str | None = None,
           split: Split = Split.TRAIN, parallel: int = 4, start: SandboxStarter | None = None,
@@ -468,13 +435,3 @@ def admit(settings: Settings, store: Any, specs: list[TaskSpec], *, run_id: str 
         elif not v.infra:
             store.set_task_status(spec.id, TaskStatus.REJECTED, reason=v.reason)
     return list(zip(todo, results, strict=True))
-
-
-def record_band(store: Any, task_id: str, passed: int, attempts: int,
-                band: tuple[float, float] = (0.0, 1.0)) -> TaskStatus:
-    """Store the agent-based verdict of a valid task: its band status and pass rate over K rollouts."""
-    status = band_status(passed, attempts, band)
-    store.add_validation(task_id, "agent", status == TaskStatus.LEARNABLE, None if status == TaskStatus.LEARNABLE
-                         else str(status), {"passed": passed, "attempts": attempts, "band": list(band)})
-    store.set_task_status(task_id, status, pass_rate=passed / attempts if attempts else 0.0)
-    return status

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from appliance.config import Settings, load_settings
+from appliance.config import Settings
 from appliance.practice import Practice, new_rollout, run_rollout
 from appliance.sandbox import SandboxPool, podman_env
 from appliance.schemas import Outcome
 from appliance.store import Store
 from appliance.tasks import TaskSpec
-from appliance.testing import Reply, ScriptedPolicy
+from appliance.testing import ScriptedPolicy
 
 pytestmark = pytest.mark.slow
 

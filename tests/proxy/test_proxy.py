@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import time
+from typing import TYPE_CHECKING
 
 import anthropic
 import httpx
@@ -20,6 +21,9 @@ from appliance.config import load_settings
 from appliance.proxy import ProxyServer, create_app
 from appliance.schemas import EngineState, ModelCall, Outcome
 from appliance.serving import Engine
+
+if TYPE_CHECKING:
+    from proxy.conftest import Route  # tests/proxy/conftest.py (the `route` fixture's type)
 
 pytestmark = pytest.mark.slow
 

@@ -10,8 +10,8 @@ import pytest
 from appliance.errors import EngineError
 from appliance.schemas import EngineState
 from appliance.serving import Engine
-from appliance.serving.engine import _ties_embeddings
 from appliance.serving.process import command, environment
+from appliance.serving.weights import ties_embeddings
 from tiny_model import corrupt_checkpoint, make_tiny_lora, make_tiny_model  # tests/tiny_model.py
 
 
@@ -31,9 +31,9 @@ def test_launch_command_and_environment(settings) -> None:
 
 def test_tied_embeddings_are_detected(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text('{"tie_word_embeddings": true}')
-    assert _ties_embeddings(tmp_path)
+    assert ties_embeddings(tmp_path)
     (tmp_path / "config.json").write_text("{}")
-    assert not _ties_embeddings(tmp_path)
+    assert not ties_embeddings(tmp_path)
 
 
 def canary(engine: Engine) -> list[int]:

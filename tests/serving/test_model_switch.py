@@ -16,10 +16,10 @@ from appliance.lineage import ModelMismatch, check_base
 from appliance.schemas import Checkpoint, EngineState
 from appliance.serving import Engine, Weights
 from appliance.store import Store
-from tiny_model import make_tiny_lora, make_tiny_model  # tests/tiny_model.py
 from appliance.training.export import export_version
 from appliance.training.reference import greedy_token_ids
 from small_run import free_port  # tests/small_run.py
+from tiny_model import make_tiny_lora, make_tiny_model  # tests/tiny_model.py
 
 PROMPT = [1, 504, 3458, 314, 260, 2367, 28, 9553, 30, 476]
 N = 12

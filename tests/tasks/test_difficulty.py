@@ -46,7 +46,7 @@ def test_budget_goes_to_weak_families() -> None:
 
 def test_agent_based_band(store) -> None:  # noqa: ANN001
     from appliance.schemas import Split, Task, TaskStatus
-    from appliance.tasks.validate import band_status, record_band
+    from appliance.tasks.pool import band_status, record_band
 
     assert [band_status(p, 4) for p in (0, 1, 3, 4)] == [TaskStatus.TOO_HARD, TaskStatus.LEARNABLE,
                                                           TaskStatus.LEARNABLE, TaskStatus.TOO_EASY]

@@ -15,9 +15,9 @@ from appliance.errors import NotFoundError
 from appliance.lineage import check_base
 from appliance.schemas import Checkpoint, EngineState
 from appliance.store import Store
-from tiny_model import make_tiny_lora  # tests/tiny_model.py
 from appliance.training.export import ExportError, export_version
 from appliance.training.reference import greedy_token_ids
+from tiny_model import make_tiny_lora  # tests/tiny_model.py
 
 PROMPT = [1, 504, 3458, 314, 260, 2367, 28, 9553]
 N = 12

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from appliance.errors import ApplianceError, EngineError
@@ -10,6 +9,7 @@ from appliance.testing import FakeEngine
 from appliance.training.advantages import build_groups
 from appliance.training.learn import learn, split_groups
 from practice_data import practice  # tests/training/practice_data.py
+
 
 @pytest.fixture
 def tiny_settings(settings, tiny_model):

@@ -3,7 +3,6 @@ through accelerate (gloo on the CPU) that reproduce the in-process step, and a f
 
 from __future__ import annotations
 
-
 import pytest
 
 from appliance.config import TrainingSettings
@@ -14,6 +13,7 @@ from appliance.training.advantages import build_groups
 from appliance.training.distributed import shard_groups
 from appliance.training.learn import learn
 from practice_data import practice  # tests/training/practice_data.py
+
 
 def test_shards_are_whole_groups_balanced_by_tokens():
     _, samples = practice({"a": [1.0, 0.0, 1.0], "b": [0.0, 1.0], "c": [1.0, 0.0], "d": [0.0, 1.0]},

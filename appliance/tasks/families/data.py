@@ -48,7 +48,7 @@ def _l1(rng: random.Random) -> TaskSpec:
     if kind == "cut":
         col = rng.choice([1, 3])
         cmd = f"cut -d, -f{col} people.csv > column.txt"
-        expected = ["name" if col == 1 else "city"] + [r[col - 1] for r in rows]
+        expected = ["name" if col == 1 else "city"] + [str(r[col - 1]) for r in rows]
         check = f"text_is('column.txt', {chr(10).join(expected)!r})"
     else:
         cmd = "wc -l < people.csv > lines.txt"

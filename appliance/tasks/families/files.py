@@ -33,6 +33,7 @@ def generate(level: int, rng: random.Random, *, split: str = "train", hint: str 
 def _l1(rng: random.Random) -> TaskSpec:
     name, word = rng.choice(NAMES), rng.choice(WORDS)
     kind = rng.choice(["echo", "mkdir", "copy"])
+    files: dict[str, str]
     if kind == "echo":
         cmd, files = f"echo {word} > {name}.txt", {}
         check = f"text_is({name + '.txt'!r}, {word!r})"

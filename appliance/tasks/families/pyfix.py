@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from functools import partial
 
 from appliance.tasks.families._common import make, spelled_out
 from appliance.tasks.families._ops import Case, Ctx, generate_family, op
@@ -78,7 +79,7 @@ STUBS = [
 
 def generate(level: int, rng: random.Random, *, split: str = "train", hint: str | None = None) -> TaskSpec:
     return generate_family(FAMILY, level, rng, split=split, hint=hint,
-                           legacy={lvl: (lambda r, lvl=lvl: _legacy(lvl, r)) for lvl in (1, 2, 3, 4, 5)})
+                           legacy={lvl: partial(_legacy, lvl) for lvl in (1, 2, 3, 4, 5)})
 
 
 def _legacy(level: int, rng: random.Random) -> TaskSpec:

@@ -1,0 +1,5 @@
+"""`python -m appliance.cli`: the same as the `appliance` command."""
+
+from appliance.cli import main
+
+main()

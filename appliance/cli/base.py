@@ -1,0 +1,73 @@
+"""What every command shares: the root group `main`, settings, the store, errors and output.
+
+User mistakes (an `ApplianceError`) print the message and a hint to stderr and exit 1; `--json` gives
+machine-readable output (`emit`). A command opens the store with `open_store` so that it is closed again.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from appliance.config import Settings, load_settings
+from appliance.errors import ApplianceError
+
+if TYPE_CHECKING:
+    from appliance.store import Store
+
+
+def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ApplianceError as e:
+            click.secho(f"error: {e.message}", fg="red", err=True)
+            if e.hint:
+                click.echo(f"  hint: {e.hint}", err=True)
+            sys.exit(1)
+
+    return wrapper
+
+
+def settings_of(ctx: click.Context) -> Settings:
+    """Settings are loaded lazily so `--help` works even with a broken config file."""
+    obj = ctx.find_root().obj
+    if "settings" not in obj:
+        obj["settings"] = load_settings(obj.get("config"))
+    return obj["settings"]
+
+
+@contextmanager
+def open_store(settings: Settings) -> Iterator[Store]:
+    """The store of these settings, closed when the command is done with it."""
+    from appliance.store import Store
+
+    store = Store(settings.db_path)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def emit(data: Any, as_json: bool, human: Callable[[Any], None]) -> None:
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str))
+    else:
+        human(data)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="appliance.toml to read (default: $APPLIANCE_CONFIG or $APPLIANCE_HOME/appliance.toml).")
+@click.pass_context
+def main(ctx: click.Context, config: Path | None) -> None:
+    """appliance: make a tool-using LLM agent better at its harness work, offline, on one machine."""
+    ctx.obj = {"config": config}

@@ -1,0 +1,140 @@
+"""Commands that run and steer the loop: run, tui, pause/resume/step/stop, report, train."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from appliance.cli.base import emit, friendly_errors, main, open_store, settings_of
+
+
+@main.command()
+@click.argument("iteration", type=int, required=False)
+@click.option("--run", "run_id", default=None, help="Run to report on (default: the newest).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report's JSON instead of its Markdown.")
+@click.pass_context
+@friendly_errors
+def report(ctx: click.Context, iteration: int | None, run_id: str | None, as_json: bool) -> None:
+    """Print the capability report of an iteration (default: the latest)."""
+    from appliance.control import resolve_run
+    from appliance.errors import NotFoundError
+
+    with open_store(settings_of(ctx)) as store:
+        run = resolve_run(store, run_id)
+        found = store.report(run.id, iteration)
+    if found is None:
+        which = f"iteration {iteration}" if iteration is not None else "any iteration"
+        raise NotFoundError(f"run {run.id} has no report for {which}",
+                            "reports are written at the end of each iteration; `appliance status` shows progress")
+    data, markdown = found
+    click.echo(json.dumps(data, indent=2) if as_json else markdown)
+
+
+@main.command()
+@click.option("--iterations", type=click.IntRange(1), default=None,
+              help="Training iterations of the run (default loop.iterations); a restarted run continues its count.")
+@click.option("--headless", is_flag=True, help="No TUI: log lines and a progress line (the default without a terminal).")
+@click.pass_context
+@friendly_errors
+def run(ctx: click.Context, iterations: int | None, headless: bool) -> None:
+    """Run the loop: synthesize, validate, practise, learn, evaluate, diagnose; resumes an unfinished run."""
+    from appliance.app import run_appliance
+    from appliance.evaluate import learning_curve
+    from appliance.lineage import start_label
+
+    settings = settings_of(ctx)
+    headless = headless or not sys.stdout.isatty()
+    run_id = run_appliance(settings, iterations=iterations, headless=headless,
+                           log=lambda m: click.echo(m, err=True), progress=lambda m: click.echo(m, err=True))
+    with open_store(settings) as store:
+        click.echo(f"run {run_id}: {store.get_run(run_id).status}")
+        click.echo("held-out learning curve (iteration: pass@1 [95 % interval]):")
+        for it, p in learning_curve(store, run_id):
+            click.echo(f"  {it}: {p.describe()}" + (f"  ({start_label(store, run_id)})" if it == 0 else ""))
+
+
+@main.command()
+@click.option("--run", "run_id", default=None, help="Run to watch (default: the newest, followed as new runs start).")
+@click.option("--refresh", "refresh_s", type=click.FloatRange(0.1, 60), default=0.5, show_default=True,
+              help="Seconds between reads of the store.")
+@click.pass_context
+@friendly_errors
+def tui(ctx: click.Context, run_id: str | None, refresh_s: float) -> None:
+    """Watch and steer the appliance in the terminal (reads the store; keys 1-5 switch screens, q quits)."""
+    from appliance.tui import run_tui
+
+    run_tui(settings_of(ctx), run_id=run_id, refresh_s=refresh_s)
+
+
+def _control_command(command: str, name: str, help_text: str) -> None:
+    @main.command(name, help=help_text)
+    @click.option("--run", "run_id", default=None, help="Run to control (default: the newest).")
+    @click.option("--timeout", "timeout_s", type=click.FloatRange(0.1), default=15.0, show_default=True,
+                  help="Seconds to wait for the loop to answer.")
+    @click.option("--no-wait", is_flag=True, help="Queue the request and return without waiting for the loop.")
+    @click.option("--json", "as_json", is_flag=True, help="Print the answered request as JSON.")
+    @click.pass_context
+    @friendly_errors
+    def cmd(ctx: click.Context, run_id: str | None, timeout_s: float, no_wait: bool, as_json: bool) -> None:
+        from dataclasses import asdict
+
+        from appliance.control import request
+
+        with open_store(settings_of(ctx)) as store:
+            answered = request(store, command, run_id=run_id, timeout_s=timeout_s, wait=not no_wait)
+        emit(asdict(answered), as_json,
+             lambda d: click.echo(f"{d['command']} run {d['run_id']}: {d['status']}"
+                                  + (f" ({d['result']})" if d["result"] else "")))
+
+
+_control_command("pause", "pause", "Pause the running loop at its next safe point.")
+_control_command("resume", "resume", "Resume a paused loop.")
+_control_command("step", "step", "Run one phase of a paused loop, then pause again.")
+_control_command("stop_after_iteration", "stop", "Stop the loop when the current iteration ends.")
+
+
+@main.command()
+@click.option("--steps", type=click.IntRange(1), default=1, show_default=True,
+              help="GRPO optimizer steps; the kept groups are dealt over them.")
+@click.option("--run", "run_id", default=None, help="Run whose practice rollouts to train on (default: the newest).")
+@click.option("--json", "as_json", is_flag=True, help="Print per-step metrics, phase timings and the checkpoint as JSON.")
+@click.pass_context
+@friendly_errors
+def train(ctx: click.Context, steps: int, run_id: str | None, as_json: bool) -> None:
+    """Train on the serving policy's practised rollouts (training.method), then sync and check the engine.
+
+    Starts the engine (it must not be running in another process), pauses it, trains, loads the new
+    weights, passes the canary, stops it. The loop does the same inside a run without the restart.
+    """
+    from appliance.errors import ApplianceError
+    from appliance.serving import Engine
+    from appliance.training.data import train_on_practice
+
+    settings = settings_of(ctx)
+    with open_store(settings) as store:
+        run = store.get_run(run_id) if run_id else store.latest_run()
+        if run is None:
+            raise ApplianceError("this store has no run to train on", "start a run first (`appliance run`)")
+        engine = Engine(settings, store)
+        engine.start()
+        try:
+            result = train_on_practice(store, settings, engine, run_id=run.id, steps=steps)
+        finally:
+            engine.stop()
+    data = {"run": run.id, "policy_version": result.policy_version,
+            "checkpoint": result.checkpoint.path if result.checkpoint else None,
+            "steps": result.steps, "timings": result.timings}
+
+    def human(d: dict[str, Any]) -> None:
+        for i, m in enumerate(d["steps"], 1):
+            keys = ("loss", "reward_mean", "valid_groups", "dropped_groups", "infra_error_rate",
+                    "logprob_gap_mean", "is_ratio_mean", "tokens_per_s", "step_time_s", "sft_loss",
+                    "groups_with_signal", "clip_ratio", "entropy", "truncated_tokens", "skipped_steps")
+            click.echo(f"step {i}: " + "  ".join(f"{k}={m[k]:.4g}" for k in keys if k in m))
+        click.echo("phase: " + "  ".join(f"{k}={v:.2f}" for k, v in d["timings"].items()))
+        click.echo(f"policy version {d['policy_version']}" + (f" <- {d['checkpoint']}" if d["checkpoint"] else ""))
+
+    emit(data, as_json, human)

@@ -1,0 +1,146 @@
+"""Commands for the practice tasks: families, synth, list, show, validate."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from appliance.cli.base import emit, friendly_errors, main, open_store, settings_of
+from appliance.errors import ApplianceError
+
+
+@main.group()
+def tasks() -> None:
+    """Practice tasks: synthesize, list, show, validate a task of your own, list the families."""
+
+
+@tasks.command("families")
+@click.option("--json", "as_json", is_flag=True, help="Print the families as JSON.")
+def tasks_families(as_json: bool) -> None:
+    """The procedural task families (each has levels 1..5)."""
+    from appliance.tasks.families import FAMILIES
+
+    rows = {name: mod.DESCRIPTION for name, mod in FAMILIES.items()}
+    emit(rows, as_json, lambda d: click.echo("\n".join(f"{k:<10} {v}" for k, v in d.items())))
+
+
+@tasks.command("synth")
+@click.option("--family", "family", required=True, help="Task family (`appliance tasks families` lists them).")
+@click.option("--level", type=click.IntRange(1, 5), required=True, help="Difficulty level 1..5.")
+@click.option("-n", "n", type=click.IntRange(1), default=10, show_default=True, help="Number of tasks.")
+@click.option("--seed", default="0", show_default=True, help="Seed: the same seed gives the same tasks.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write one task directory per task here instead of adding them to the store.")
+@click.option("--validate", is_flag=True, help="Also validate them agent-free in sandboxes (store only).")
+@click.option("--json", "as_json", is_flag=True, help="Print the task ids (and verdicts) as JSON.")
+@click.pass_context
+@friendly_errors
+def tasks_synth(ctx: click.Context, family: str, level: int, n: int, seed: str, out: Path | None,
+                validate: bool, as_json: bool) -> None:
+    """Generate N tasks of one family and level, into the store (status proposed) or --out DIR."""
+    from appliance.schemas import Split, Task, TaskStatus
+    from appliance.tasks import write_task
+    from appliance.tasks.families import synthesize
+    from appliance.tasks.heldout import heldout_ids
+    from appliance.tasks.validate import admit
+
+    settings = settings_of(ctx)
+    with open_store(settings) as store:
+        specs = synthesize(family, level, n, seed=seed, exclude=heldout_ids(store))
+        rows: list[dict[str, Any]] = []
+        if out is not None:
+            rows = [{"id": s.id, "path": str(write_task(s, out / s.id))} for s in specs]
+        elif validate:
+            rows = [{"id": s.id, "ok": v.ok, "reason": v.reason} for s, v in admit(settings, store, specs)]
+        else:
+            for s in specs:
+                added = store.add_task(Task(s.id, None, s.family, s.difficulty, s.source, Split.TRAIN,
+                                            TaskStatus.PROPOSED, s.to_spec()))
+                rows.append({"id": s.id, "added": added})
+
+    def human(rs: list[dict[str, Any]]) -> None:
+        for r in rs:
+            click.echo(" ".join(str(v) for v in r.values()))
+        if len(specs) < n:
+            click.echo(f"only {len(specs)} distinct tasks exist at this level for this seed", err=True)
+
+    emit(rows, as_json, human)
+
+
+@tasks.command("list")
+@click.option("--run", "run_id", default=None, help="Only tasks of this run.")
+@click.option("--family", default=None, help="Only this family.")
+@click.option("--status", default=None, help="proposed, valid, learnable, too_easy, too_hard or rejected.")
+@click.option("--split", default=None, type=click.Choice(["train", "heldout"]), help="Only this split.")
+@click.option("--json", "as_json", is_flag=True, help="Print the tasks as JSON.")
+@click.pass_context
+@friendly_errors
+def tasks_list(ctx: click.Context, run_id: str | None, family: str | None, status: str | None, split: str | None,
+               as_json: bool) -> None:
+    """The task pool in the store."""
+    from appliance.schemas import Split, TaskStatus
+
+    if status is not None and status not in set(TaskStatus):
+        raise ApplianceError(f"unknown status {status!r}", f"use one of: {', '.join(TaskStatus)}")
+    with open_store(settings_of(ctx)) as store:
+        found = store.tasks(run_id, split=Split(split) if split else None,
+                            status=TaskStatus(status) if status else None, family=family)
+    rows = [{"id": t.id, "family": t.family, "difficulty": t.difficulty, "source": t.source, "split": t.split,
+             "status": t.status, "pass_rate": t.pass_rate, "reject_reason": t.reject_reason} for t in found]
+
+    def human(rs: list[dict[str, Any]]) -> None:
+        for r in rs:
+            extra = f"  ({r['reject_reason']})" if r["reject_reason"] else ""
+            click.echo(f"{r['id']:<32} {r['family']:<9} L{r['difficulty']} {r['split']:<7} {r['status']}{extra}")
+        click.echo(f"{len(rs)} task(s)")
+
+    emit(rows, as_json, human)
+
+
+@tasks.command("show")
+@click.argument("task_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the task row and its spec as JSON.")
+@click.pass_context
+@friendly_errors
+def tasks_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
+    """One task: instruction, workspace files, setup, verifier, reference solution, verdict."""
+    from appliance.tasks import TaskSpec
+    from appliance.tasks.format import dumps_toml
+
+    with open_store(settings_of(ctx)) as store:
+        t = store.get_task(task_id)
+    if as_json:
+        click.echo(json.dumps({"id": t.id, "run_id": t.run_id, "split": t.split, "status": t.status,
+                               "reject_reason": t.reject_reason, "pass_rate": t.pass_rate, "spec": t.spec},
+                              indent=2, default=str))
+        return
+    click.echo(f"# {t.id}: {t.family} level {t.difficulty}, {t.source}, {t.split}, {t.status}"
+               + (f" ({t.reject_reason})" if t.reject_reason else ""))
+    click.echo(dumps_toml(TaskSpec.from_spec(t.spec)))
+
+
+@tasks.command("validate")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict and every stage as JSON.")
+@click.pass_context
+@friendly_errors
+def tasks_validate(ctx: click.Context, path: Path, as_json: bool) -> None:
+    """Check a task directory or .toml file agent-free in sandboxes; explain each failed stage. Exit 0 if valid."""
+    from appliance.tasks import load_task, validate_agent_free
+
+    result = validate_agent_free(settings_of(ctx), load_task(path))
+
+    def human(_: Any) -> None:
+        for s in result.stages:
+            mark = click.style("ok  ", fg="green") if s.ok else click.style("FAIL", fg="red")
+            click.echo(f"{mark} {s.name} ({s.duration_s:.2f} s)")
+            if not s.ok and s.detail:
+                click.echo("       " + s.detail.strip().replace("\n", "\n       ")[-1200:])
+        click.echo("valid" if result.ok else f"rejected: {result.reason}")
+
+    emit(result.as_dict(), as_json, human)
+    sys.exit(0 if result.ok else 1)

@@ -1,0 +1,139 @@
+"""The store's file: per-thread connections, short write transactions, migration, online backup.
+
+Writes run in `BEGIN IMMEDIATE` transactions (taking the write lock up front, so WAL readers never have to
+upgrade and fail with "database is locked") with a generous busy timeout; each thread gets its own
+connection. Every part of `Store` (the modules beside this one) is a subclass of `Database` and reaches
+the file only through `conn`, `write` and `one`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from appliance.errors import StoreError
+from appliance.store.schema import migrations
+
+BUSY_TIMEOUT_MS = 30_000
+
+
+class Database:
+    """One SQLite file (WAL), shared between threads: a connection per thread, opened on first use."""
+
+    def __init__(self, path: Path | str, *, migrate: bool = True) -> None:
+        self.path = Path(path)
+        self._local = threading.local()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = self.conn
+            conn.execute("PRAGMA journal_mode=WAL")
+        except (OSError, sqlite3.Error) as e:
+            raise StoreError(
+                f"cannot open the store at {self.path}: {e}",
+                "check that APPLIANCE_HOME points to a writable directory",
+            ) from e
+        if migrate:
+            self.migrate()
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                                   check_same_thread=False)
+            conn.row_factory = sqlite3.Row
+            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            self._local.conn = conn
+        return conn
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One short write transaction; the write lock is taken at BEGIN, not at the first write."""
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    def migrate(self, stop_before: str | None = None) -> list[str]:
+        """Apply pending migrations in order; returns the names applied."""
+        db = sqlite_utils.Database(self.conn)
+        known = {m.name for m in migrations.pending(sqlite_utils.Database(memory=True))}
+        foreign = [m.name for m in migrations.applied(db) if m.name not in known]
+        if foreign:
+            # A store migrated by another build (a newer release, or a development branch whose migrations
+            # were later renumbered): applying ours over it would fail half-way or silently skew the schema.
+            raise StoreError(
+                f"the store at {self.path} was written by a different build of the appliance: it records "
+                f"migrations this build does not know ({', '.join(foreign)})",
+                f"run the build that wrote it, or move the store aside (mv {self.path} {self.path}.other) "
+                "or set APPLIANCE_HOME to another directory to start a fresh one",
+            )
+        pending = [m.name for m in migrations.pending(db)]
+        if stop_before is not None and stop_before in pending:
+            pending = pending[: pending.index(stop_before)]
+        try:
+            migrations.apply(db, stop_before=stop_before)
+        except sqlite3.Error as e:
+            # Each migration and its record commit together, so the store is left at the last good one.
+            raise StoreError(f"cannot bring the store at {self.path} up to date: {e}",
+                             "restore it from a backup (`appliance backup` writes one) or move it aside") from e
+        return pending
+
+    def applied_migrations(self) -> list[str]:
+        return [m.name for m in migrations.applied(sqlite_utils.Database(self.conn))]
+
+    def backup(self, dest: Path | str) -> Path:
+        """A consistent copy of the store while the appliance runs (SQLite's online backup, WAL included).
+
+        Written next to `dest` first and renamed, so an interrupted backup never leaves a torn file there.
+        """
+        dest = Path(dest)
+        if dest.resolve() == self.path.resolve():
+            raise StoreError(f"refusing to back up the store onto itself ({dest})", "give another file name")
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            partial = dest.with_name(dest.name + ".partial")
+            partial.unlink(missing_ok=True)
+            target = sqlite3.connect(partial)
+            try:
+                self.conn.backup(target, pages=4096)
+            finally:
+                target.close()
+            partial.replace(dest)
+        except (OSError, sqlite3.Error) as e:
+            raise StoreError(f"cannot back up the store to {dest}: {e}",
+                             "check that the destination directory exists and is writable") from e
+        return dest
+
+    def one(self, sql: str, *args: Any) -> sqlite3.Row | None:
+        """The first row of a read, or None."""
+        row: sqlite3.Row | None = self.conn.execute(sql, args).fetchone()
+        return row
+
+    def scalar(self, sql: str, *args: Any) -> Any:
+        """The first column of the first row of an aggregate read (COUNT, MAX: always one row)."""
+        return self.conn.execute(sql, args).fetchone()[0]
+
+
+def where(sql: str, filters: dict[str, Any]) -> tuple[str, list[Any]]:
+    """`sql` (which ends in a WHERE clause) with `AND col = ?` for each filter that is not None."""
+    args = [v for v in filters.values() if v is not None]
+    return sql + "".join(f" AND {col} = ?" for col, v in filters.items() if v is not None), args
