@@ -87,6 +87,12 @@ class EngineSettings(Section):
     startup_timeout_s: float = Field(300.0, gt=0, description="Seconds to wait for the engine to become healthy.")
     max_lora_rank: int = Field(64, ge=1, description="Largest LoRA rank the engine accepts (vLLM --max-lora-rank).")
     canary_tokens: int = Field(16, ge=1, description="Greedy tokens of the canary generation checked after every sync or wake.")
+    canary_tolerance: float = Field(
+        0.0, ge=0, le=1,
+        description="Nats by which a canary token's log-probability may differ from the reference's, and the top-2 "
+                    "margin below which an argmax flip is a near-tie (appliance/serving/canary.py); 0 = the tokens must "
+                    "be equal (float32 serving).",
+    )
     drain_timeout_s: float = Field(600.0, gt=0, description="Longest wait for in-flight model calls before sleeping.")
 
 
@@ -299,7 +305,8 @@ PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
                      "max_seq_len": 2048},
     },
     "gpu": {
-        "engine": {"dtype": "bfloat16", "enforce_eager": False, "enable_sleep_mode": True},
+        # bfloat16 serving against the float32 canary reference: compared by log-probability distance
+        "engine": {"dtype": "bfloat16", "enforce_eager": False, "enable_sleep_mode": True, "canary_tolerance": 0.05},
         "sandbox": {"max_concurrent": 32},
         # one trainer process per GPU while serving sleeps (the engine spans them with tensor_parallel_size)
         "training": {"dtype": "bfloat16", "gradient_checkpointing": True, "processes": 0},
