@@ -26,6 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from appliance.serving.canary import Canary, compare  # noqa: E402
+
 DEFAULT_MODEL = Path.home() / ".local/share/appliance/models/SmolLM2-135M-Instruct"
 PROMPTS = [
     None,  # the engine's own canary text, as /tokenize gives it (no chat template)
@@ -61,12 +63,20 @@ def trajectories(args: argparse.Namespace) -> dict:
     def prompt_ids(text: str | None) -> list[int]:
         if text is None:
             return tok(CANARY_TEXT, add_special_tokens=True)["input_ids"]
-        return tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
+        chat = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
+        return tok(chat, add_special_tokens=False)["input_ids"]
 
     def greedy(model, ids: list[int], n: int) -> list[int]:
-        out = model.generate(torch.tensor([ids], device=args.device), max_new_tokens=n, min_new_tokens=n,
-                             do_sample=False, pad_token_id=tok.eos_token_id)
-        return out[0, len(ids):].tolist()
+        """Plain argmax with a KV cache, eos not suppressed (as the reference and the engine's ignore_eos)."""
+        out: list[int] = []
+        past, step = None, torch.tensor([ids], device=args.device)
+        with torch.inference_mode():
+            for _ in range(n):
+                result = model(input_ids=step, past_key_values=past, use_cache=True)
+                past = result.past_key_values
+                out.append(int(result.logits[0, -1].argmax()))
+                step = torch.tensor([[out[-1]]], device=args.device)
+        return out
 
     def scores(model, ids: list[int], cont: list[int]):
         """Teacher-forced log-softmax (float32) at each continuation position."""
@@ -89,9 +99,18 @@ def trajectories(args: argparse.Namespace) -> dict:
                  if int(got_top2.indices[i, 0]) != cont[i]]
         free = greedy(model, ids, len(cont))
         first = next((i for i, (a, b) in enumerate(zip(free, cont)) if a != b), None)
+        # the canary itself: this model's free greedy canary against the float32 reference's
+        needed = needed_tolerance(canary_of(scores(model, ids, free), free), canary_of(ref, cont))
         return {"delta": delta, "margin_delta": margin_delta, "flips": flips, "first_divergence": first,
                 "first_divergence_ref_margin": ref_margin[first] if first is not None else None,
-                "ref_margins": ref_margin}
+                "ref_margins": ref_margin, "needed_tolerance": needed}
+
+    def canary_of(lp, cont: list[int]) -> Canary:
+        top = lp.topk(2, -1)
+        chosen = lp.gather(-1, torch.tensor(cont, device=args.device)[:, None])[:, 0].tolist()
+        runner = [(int(top.indices[i, 1 if int(top.indices[i, 0]) == t else 0]),
+                   float(top.values[i, 1 if int(top.indices[i, 0]) == t else 0])) for i, t in enumerate(cont)]
+        return Canary(cont, chosen, runner)
 
     rows = []
     for text in PROMPTS:
@@ -104,6 +123,17 @@ def trajectories(args: argparse.Namespace) -> dict:
             row[f"noise {scale}"] = compare(m, ids, cont, ref)
         rows.append(row)
     return {"rows": rows}
+
+
+def needed_tolerance(got: Canary, expected: Canary) -> float | None:
+    """The smallest tolerance at which `compare` accepts `got` (None: no tolerance up to 5 nats does)."""
+    low, high = 0.0, 5.0  # bisection: acceptance only grows with the tolerance (> 0 compares log-probabilities)
+    if not compare(got, expected, high):
+        return None
+    for _ in range(40):
+        mid = (low + high) / 2
+        low, high = (low, mid) if compare(got, expected, mid) else (mid, high)
+    return high
 
 
 def summary(rows: list[dict], key: str) -> dict:
@@ -123,6 +153,8 @@ def summary(rows: list[dict], key: str) -> dict:
         "per_prompt_mean_abs_delta": [round(statistics.fmean(r[key]["delta"]), 5) for r in rows],
         "flips": [f for r in rows for f in r[key]["flips"]],
         "first_divergence": [(r[key]["first_divergence"], r[key]["first_divergence_ref_margin"]) for r in rows],
+        "needed_tolerance_per_prompt": [None if r[key]["needed_tolerance"] is None else round(r[key]["needed_tolerance"], 4)
+                                        for r in rows],
         "canary_prompt": {"max_abs_delta": max(canary["delta"]), "first_divergence": canary["first_divergence"],
                           "min_ref_margin": min(canary["ref_margins"])},
     }
@@ -133,7 +165,7 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--noise", default="0.01,0.05", help="comma-separated noise scales (x tensor std)")
+    parser.add_argument("--noise", default="0.01,0.02,0.05", help="comma-separated noise scales (x tensor std)")
     args = parser.parse_args()
     args.noise = [float(s) for s in args.noise.split(",") if s]
     rows = trajectories(args)["rows"]

@@ -306,6 +306,12 @@ class Engine:
                         f"canary mismatch after syncing {path} against the trainer's weights: {verdict.detail}",
                         "the engine is not serving the weights that were trained; the previous weights serve on",
                     )
+                if self._canary_tolerance > 0:  # the evidence that keeps the gpu profile's tolerance honest
+                    self.store.add_event(Event("info", f"canary within {self._canary_tolerance} nats: max |delta "
+                                               f"logprob| {verdict.max_abs_delta:.4f} over {verdict.compared} tokens"
+                                               + (f"; {verdict.detail}" if verdict.detail else ""),
+                                               data={"component": "engine", "max_abs_delta": verdict.max_abs_delta,
+                                                     "mean_abs_delta": verdict.mean_abs_delta}))
             except ApplianceError as e:
                 self._roll_back(previous, previous_expected, e)
                 raise EngineError(f"weight sync of {path} failed: {e.message}", e.hint) from e
