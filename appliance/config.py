@@ -305,8 +305,13 @@ PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
                      "max_seq_len": 2048},
     },
     "gpu": {
-        # bfloat16 serving against the float32 canary reference: compared by log-probability distance
-        "engine": {"dtype": "bfloat16", "enforce_eager": False, "enable_sleep_mode": True, "canary_tolerance": 0.05},
+        # bfloat16 serving against the float32 canary reference, compared by log-probability distance.
+        # Measured with scripts/canary_tolerance.py (SmolLM2-135M, 8 prompts x 32 greedy tokens, bfloat16
+        # vs float32 transformers on the CPU): |delta logprob| of the greedy tokens p99 0.13, max 0.15 nats;
+        # argmax flips only at float32 top-2 margins <= 0.12. Tolerance = 2 x the largest delta seen; 5 %
+        # weight noise needs >= 0.5. bfloat16 vLLM on a GPU has other kernels: a GPU check must confirm it
+        # (serving/canary.py says how).
+        "engine": {"dtype": "bfloat16", "enforce_eager": False, "enable_sleep_mode": True, "canary_tolerance": 0.3},
         "sandbox": {"max_concurrent": 32},
         # one trainer process per GPU while serving sleeps (the engine spans them with tensor_parallel_size)
         "training": {"dtype": "bfloat16", "gradient_checkpointing": True, "processes": 0},

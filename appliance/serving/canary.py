@@ -18,8 +18,12 @@ closer than that the argmax flips and every sync would roll back. So the compari
     flip the two continuations have different contexts, so nothing later is compared.
 
 Wrong weights (a stale tied lm_head, an adapter that did not load, another model) move the canary
-tokens' log-probabilities by nats, not by the hundredths bfloat16 does; see `engine.canary_tolerance`
-for the measurement behind the gpu profile's value.
+tokens' log-probabilities by nats; bfloat16 moved SmolLM2-135M's by 0.02 on average and 0.15 at most
+(scripts/canary_tolerance.py, CPU), and Gaussian noise of 5 % of each weight tensor's spread already
+needs a tolerance of 0.5 or more. The gpu profile's 0.3 (config.PROFILE_DEFAULTS) is twice the largest
+delta measured on the CPU; bfloat16 vLLM on a GPU runs other kernels, so a GPU check must confirm it
+(`scripts/canary_tolerance.py --device cuda`, and the engine's "canary within" info events of a real
+gpu run, which record each sync's largest delta).
 """
 
 from __future__ import annotations
