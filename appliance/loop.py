@@ -218,8 +218,8 @@ class Loop:
         exclude = {t.spec["id"] for t in self.store.tasks(self.run.id)}  # held-out and earlier tasks
         added = 0
         # `levels` already holds the controller's move (made when the previous report was written);
-        # the budget leans toward the families that report found weak.
-        budget = split_budget(report, self.settings.loop.tasks_per_iteration, self.families)
+        # the budget leans toward the families whose pass rate at that level is nearest 50 %.
+        budget = split_budget(report, self.settings.loop.tasks_per_iteration, self.families, levels=levels)
         for family in self.families:
             level, count = levels[family], budget.get(family, 0)
             for spec in synthesize(family, level, count, seed=f"{self.run.id}:{index}", exclude=exclude):

@@ -245,10 +245,13 @@ def main() -> None:
         step_s, base_s, tokens_per_s = compare(settings, rollouts, samples, args.repeats)
 
     timings = result.timings
+    # train_s holds the steps and, before them, the phase's one pi_old pass (freeze_old_logps, issue 15)
+    step_s_sum = sum(step.get("step_time_s", 0.0) for step in result.steps)
     parts = {
         "sleep (pause)": timings.get("pause_s", 0.0),
         "trainer build": timings.get("load_s", 0.0),
-        "compute (GRPO step)": timings.get("train_s", 0.0),
+        "old logprobs (pi_old pass)": max(0.0, timings.get("train_s", 0.0) - step_s_sum),
+        "compute (GRPO step)": step_s_sum,
         "checkpoint save": timings.get("save_s", 0.0),
         "sync + wake + canary (fake engine)": timings.get("sync_s", 0.0),
     }

@@ -4,7 +4,9 @@ It reads the diagnosis report's JSON (`appliance.diagnosis.build_report`): `trai
 {family: {"level": {"n", "passed", "pass_rate"}}}, `band` as {family: {"learnable"|"too_easy"|"too_hard":
 count}}. A family moves up a level when its current level is mastered (training pass rate >= high, or its
 validated tasks are all too easy), down when everything fails (rate <= low, or all too hard), and stays
-otherwise. Weak families get more of the synthesis budget; a family with no data counts as weak.
+otherwise. The synthesis budget leans toward the families whose pass rate at their next level is nearest
+50 % (weight p(1-p): where a group's rewards most often differ); a family with no data there gets the
+prior's weight.
 """
 
 from __future__ import annotations
@@ -45,14 +47,51 @@ def next_levels(report: dict[str, Any] | None, current: dict[str, int],
     return out
 
 
+# The synthesis budget goes where a group of rollouts is most likely to carry a signal. A GRPO group has
+# a non-zero advantage only when its rewards differ, which for a task passing with probability p is most
+# likely near p = 0.5 and never at 0 or 1; the variance of one reward, p(1-p), is the weight. p is not
+# known, so the weight is its expectation under a Beta posterior: Beta(PRIOR_PASSED + passed,
+# PRIOR_FAILED + failed), E[p(1-p)] = ab / ((a+b)(a+b+1)). The uniform prior gives a family with no
+# evidence 1/6 (a family measured at 50 % reaches 1/4) and shrinks 2/2 toward the middle, while 0/40
+# falls to 0.02. VARIANCE_FLOOR keeps a family that always fails (or always passes) in the round, at a
+# tenth of the best share, so a level that starts to move is noticed.
+PRIOR_PASSED = 1.0
+PRIOR_FAILED = 1.0
+VARIANCE_FLOOR = 0.025
+
+
+def expected_variance(passed: float, n: float, *, prior: tuple[float, float] = (PRIOR_PASSED, PRIOR_FAILED),
+                      floor: float = VARIANCE_FLOOR) -> float:
+    """E[p(1-p)] of a pass rate p after `passed` of `n` rollouts passed, under a Beta prior; at least `floor`."""
+    a, b = prior[0] + passed, prior[1] + max(0.0, n - passed)
+    return max(floor, a * b / ((a + b) * (a + b + 1)))
+
+
+def _family_evidence(report: dict[str, Any], family: str, level: int | None) -> tuple[float, float]:
+    """(passed, n) behind a family's weight: the cell at `level` when the round's level is known (training
+    rollouts first, the held-out eval as fallback; a level never tried has none), otherwise the family's
+    rollouts at every level, or its bare pass rate counted as MIN_EVIDENCE rollouts."""
+    if level is not None:
+        n, passed = _cell(report, family, level)
+        return float(passed), float(n)
+    for key in ("train", "heldout"):
+        cells = [c for c in ((report.get(key) or {}).get(family) or {}).values() if c and c.get("n")]
+        if cells:
+            return (float(sum(c.get("passed", c.get("pass_rate", 0) * c["n"]) for c in cells)),
+                    float(sum(c["n"] for c in cells)))
+    rate = (report.get("family_pass_rate") or {}).get(family)
+    return (float(rate) * MIN_EVIDENCE, float(MIN_EVIDENCE)) if rate is not None else (0.0, 0.0)
+
+
 def split_budget(report: dict[str, Any] | None, total: int, families: list[str] | None = None,
-                 *, floor: int = 1) -> dict[str, int]:
-    """Tasks to synthesize per family: each gets `floor`, the rest goes in proportion to 1 - pass rate."""
+                 *, floor: int = 1, levels: dict[str, int] | None = None) -> dict[str, int]:
+    """Tasks to synthesize per family: each gets `floor`, the rest goes in proportion to the expected
+    reward variance p(1-p) of the family at the level it is synthesized at (`levels`; without it, over
+    all its levels), so the families nearest a 50 % pass rate get the most draws."""
     families = list(families or FAMILIES)
     if not families:
         return {}
-    rates = (report or {}).get("family_pass_rate") or {}
-    weights = {f: 1.0 - float(rates[f]) + 0.05 if f in rates else 1.05 for f in families}
+    weights = {f: expected_variance(*_family_evidence(report or {}, f, (levels or {}).get(f))) for f in families}
     base = {f: min(floor, total // len(families)) for f in families}
     rest = total - sum(base.values())
     scale = sum(weights.values())
@@ -68,7 +107,7 @@ def plan(report: dict[str, Any] | None, current: dict[str, int], total: int,
          band: tuple[float, float] = CONTROL_BAND) -> list[tuple[str, int, int]]:
     """(family, level, count) for the next synthesis round."""
     levels = next_levels(report, current, band)
-    budget = split_budget(report, total, list(current))
+    budget = split_budget(report, total, list(current), levels=levels)
     return [(f, levels[f], budget[f]) for f in current if budget[f] > 0]
 
 

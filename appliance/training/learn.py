@@ -192,10 +192,13 @@ def run_steps(trainer, sft_samples: list[Sample], parts: list[GroupedBatch],
     GRPO then sharpens), then one GRPO step per part; `record` gets each step's metrics as it ends.
 
     pi_old (the policy that sampled the rollouts) is recorded before any update, SFT's included, so every
-    GRPO step's ratio and clip measure the distance from it."""
+    GRPO step's ratio and clip measure the distance from it. A phase of one GRPO step with no SFT before
+    it skips that pass: nothing updates the policy before the step's own forward passes (its micro-batches
+    accumulate gradients for one optimizer step), so their detached logprobs are pi_old itself, and the
+    extra no-grad forward over every sample (a quarter of the phase on the CPU bench) would recompute them."""
     from appliance.training.sft import sft
 
-    if parts:
+    if parts and (sft_samples or len(parts) > 1):
         trainer.freeze_old_logps(parts)
     if sft_samples:
         record(sft(trainer, sft_samples))

@@ -1,9 +1,11 @@
 """The trainer's own greedy output for given weights: the expected answer of the engine's canary.
 
-After every weight sync or wake the engine greedily generates a few tokens of a fixed prompt; they must
-equal what transformers computes here for the same weights (float32, no sampling, no early stop), else
-the engine is not serving the weights the trainer trained. Run as a module it prints the ids as JSON, so
-the engine (which must not import torch) calls it in a subprocess:
+After every weight sync the engine greedily generates a few tokens of a fixed prompt; they must agree
+with what transformers computes here for the same weights (float32, no sampling, no early stop), else
+the engine is not serving the weights the trainer trained: exactly on the cpu profile, within
+`engine.canary_tolerance` nats per token on the gpu profile (appliance.serving.canary). Run as a module
+it prints the ids with their log-probabilities and runner-ups as JSON, so the engine (which must not
+import torch) calls it in a subprocess:
 
     python -m appliance.training.reference MODEL_DIR --prompt-ids 1,2,3 --n 16 [--adapter DIR]
 """
@@ -13,11 +15,19 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 
 def greedy_token_ids(model_path: Path | str, prompt_ids: list[int], n_tokens: int,
                      adapter_path: Path | str | None = None) -> list[int]:
     """`n_tokens` greedy continuation ids of `prompt_ids` (eos does not stop it: the engine ignores eos too)."""
+    return greedy_canary(model_path, prompt_ids, n_tokens, adapter_path)["ids"]
+
+
+def greedy_canary(model_path: Path | str, prompt_ids: list[int], n_tokens: int,
+                  adapter_path: Path | str | None = None) -> dict[str, Any]:
+    """The greedy continuation with, per token, its log-probability (log-softmax at T=1, float32) and the
+    runner-up [id, log-probability]: {"ids", "logprobs", "runner_up"}, as appliance.serving.canary reads it."""
     import torch  # heavy: only when a canary is checked
     from transformers import AutoModelForCausalLM
 
@@ -28,15 +38,18 @@ def greedy_token_ids(model_path: Path | str, prompt_ids: list[int], n_tokens: in
         model = PeftModel.from_pretrained(model, str(adapter_path)).merge_and_unload()
     model.eval()
     ids = torch.tensor([prompt_ids])
-    out: list[int] = []
+    out: dict[str, Any] = {"ids": [], "logprobs": [], "runner_up": []}
     with torch.inference_mode():
         past = None
         step_input = ids
         for _ in range(n_tokens):
             result = model(input_ids=step_input, past_key_values=past, use_cache=True)
             past = result.past_key_values
-            nxt = int(result.logits[0, -1].argmax())
-            out.append(nxt)
+            top = torch.log_softmax(result.logits[0, -1].float(), -1).topk(2)
+            nxt = int(top.indices[0])
+            out["ids"].append(nxt)
+            out["logprobs"].append(float(top.values[0]))
+            out["runner_up"].append([int(top.indices[1]), float(top.values[1])])
             step_input = torch.tensor([[nxt]])
     return out
 
@@ -49,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--adapter", default=None)
     args = parser.parse_args(argv)
     prompt = [int(t) for t in args.prompt_ids.split(",") if t]
-    print(json.dumps(greedy_token_ids(args.model, prompt, args.n, args.adapter)))
+    print(json.dumps(greedy_canary(args.model, prompt, args.n, args.adapter)))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import pytest
 from appliance.errors import EngineError
 from appliance.schemas import EngineState
 from appliance.serving import Engine
+from appliance.serving.canary import Canary, compare
 from appliance.serving.process import command, environment
 from appliance.serving.weights import ties_embeddings
 from tiny_model import corrupt_checkpoint, make_tiny_lora, make_tiny_model  # tests/tiny_model.py
@@ -37,15 +38,16 @@ def test_tied_embeddings_are_detected(tmp_path: Path) -> None:
 
 
 def canary(engine: Engine) -> list[int]:
-    return engine._canary()
+    return engine._canary().ids
 
 
 @pytest.mark.slow
 def test_serving_state_is_persisted_and_canary_is_deterministic(engine: Engine) -> None:
     assert engine.state == EngineState.SERVING
     assert engine.store.engine_state()[0] == EngineState.SERVING
-    assert canary(engine) == canary(engine) == engine._canary_expected
-    assert len(engine._canary_expected) == engine.settings.engine.canary_tokens
+    assert canary(engine) == canary(engine) == engine._canary_expected.ids
+    assert len(engine._canary_expected.ids) == engine.settings.engine.canary_tokens
+    assert engine._canary_expected.scored  # each token's log-probability and runner-up came back by id
 
 
 @pytest.mark.slow
@@ -74,7 +76,11 @@ def test_lora_sync_changes_outputs_and_passes_the_canary(engine: Engine, tmp_pat
     assert engine.model_name() == f"policy-v{new_version}"
     after = canary(engine)
     assert after != before
-    assert after == engine.reference_ids(engine._weights)  # the trainer's greedy output, recomputed
+    reference = engine.reference_canary(engine._weights)  # the trainer's greedy output, recomputed
+    assert after == reference.ids
+    # float32 on both sides: the same tokens, and their log-probabilities agree to a thousandth of a nat
+    verdict = compare(engine._canary(), reference, 1e-3)
+    assert verdict.ok and verdict.compared == len(after), verdict.detail
     assert engine.store.engine_state()[1] == new_version
 
 
@@ -112,7 +118,7 @@ def test_canary_mismatch_restores_the_previous_weights(engine: Engine, tmp_path:
     before, version = canary(engine), engine.policy_version
     engine.pause_for_training()
     with pytest.raises(EngineError, match="canary mismatch"):
-        engine.load_weights(folder, "full", expected_ids=[0] * engine.settings.engine.canary_tokens)
+        engine.load_weights(folder, "full", expected=Canary([0] * engine.settings.engine.canary_tokens))
     assert engine.state == EngineState.SERVING
     assert engine.policy_version == version
     assert canary(engine) == before

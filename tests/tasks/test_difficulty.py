@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from appliance.tasks.difficulty import next_levels, plan, split_budget
+from appliance.tasks.difficulty import expected_variance, next_levels, plan, split_budget
 
 
 def cell(n: int, passed: int) -> dict:
@@ -35,13 +35,32 @@ def test_levels_move_one_step_on_evidence() -> None:
     assert next_levels(REPORT, {"files": 5}) == {"files": 5}
 
 
-def test_budget_goes_to_weak_families() -> None:
+def test_budget_goes_where_groups_carry_a_signal() -> None:
     budget = split_budget(REPORT, 40, ["files", "text", "data", "pipeline", "git"])
     assert sum(budget.values()) == 40
-    assert budget["text"] > budget["data"] > budget["files"] >= 1
-    assert budget["git"] >= budget["text"]  # no data counts as weak
+    # data (3/8) is nearest 50 %; text (0/8) and files (8/8) teach as little as each other
+    assert budget["data"] > budget["text"] == budget["files"] >= 1
+    assert budget["git"] > budget["files"]  # 2/2 is weak evidence: shrunk toward the middle
     assert sum(split_budget(None, 7, ["files", "text", "data"]).values()) == 7
-    assert plan(REPORT, {"files": 1, "text": 2}, 10) == [("files", 2, 1), ("text", 1, 9)]
+    # plan() weighs each family at the level it moves to: files L2 and text L1 have no rollouts yet
+    assert plan(REPORT, {"files": 1, "text": 2}, 10) == [("files", 2, 5), ("text", 1, 5)]
+
+
+def test_budget_is_weighted_by_p_times_1_minus_p_not_1_minus_p() -> None:
+    report = {"train": {"half": {"2": cell(16, 8)}, "never": {"2": cell(16, 0)}, "always": {"2": cell(16, 16)},
+                        "rare": {"2": cell(16, 2)}}}
+    families = ["half", "never", "always", "rare", "unknown"]
+    budget = split_budget(report, 60, families, levels={f: 2 for f in families})
+    assert sum(budget.values()) == 60
+    assert budget["half"] == max(budget.values())  # 8/16: a group's rewards differ most often
+    assert budget["never"] == budget["always"]  # 0 and 1 are alike: no variance either way
+    assert budget["half"] > budget["unknown"] > budget["rare"] > budget["never"] >= 1  # the prior: 1/6
+    assert budget["never"] >= budget["half"] // 10  # the floor keeps a hopeless family in the round
+    # evidence at another level does not count for the level the family is synthesized at
+    moved = split_budget(report, 60, families, levels={**{f: 2 for f in families}, "always": 3})
+    assert moved["always"] == moved["unknown"]
+    assert expected_variance(0, 0) == 1 / 6 and abs(expected_variance(50, 100) - 0.25) < 0.01
+    assert expected_variance(0, 1000) == 0.025
 
 
 def test_agent_based_band(store) -> None:  # noqa: ANN001

@@ -111,6 +111,24 @@ def test_old_logprobs_are_frozen_before_the_sft_update(tiny_model, monkeypatch):
     assert trainer.old_logps[("a-0", 0)] == before[0]
 
 
+def test_a_single_step_phase_needs_no_separate_old_logprob_pass(monkeypatch):
+    calls = []
+
+    class Spy:  # one GRPO step, nothing before it: the step's own detached logprobs are pi_old
+        def freeze_old_logps(self, p):
+            calls.append("freeze")
+
+        def grpo_step(self, p):
+            calls.append("grpo")
+            return {}
+
+    monkeypatch.setattr("appliance.training.sft.sft", lambda t, s: calls.append("sft") or {})
+    run_steps(Spy(), [], ["part"], lambda m: None)  # type: ignore[list-item]
+    assert calls == ["grpo"]
+    run_steps(Spy(), [], ["one", "two"], lambda m: None)  # type: ignore[list-item]
+    assert calls == ["grpo", "freeze", "grpo", "grpo"]
+
+
 # --- 2. the sampling temperature --------------------------------------------------------------------
 
 @pytest.mark.slow
