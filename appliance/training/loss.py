@@ -100,16 +100,23 @@ def token_logps(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask:
     turn): the (B, L, vocab) logits are the step's largest tensor, and most of them would be prompt.
     When `entropy` is a list, the sum of the token entropies (nats, no gradient) where `entropy_mask` is
     set (every position without one) is appended to it: only trained positions, the full-vocabulary
-    softmax is not free. When `hidden` is a list, the last layer's hidden states (B, L, H), detached, are
-    appended to it: what the value head reads (no second forward pass).
+    softmax is not free. When `hidden` is a list, the final hidden states of positions start..L-1
+    (B, L-start, H), detached, are appended to it: what the value head reads. They are caught on their way
+    into the LM head (a forward pre-hook), so there is no second forward pass and no copy of every layer's
+    states (`output_hidden_states` would keep all of them alive: a GB per sequence for a 7B model).
     """
     from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
     keep = input_ids.shape[1] - start
-    out = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep,
-                output_hidden_states=hidden is not None)
+    hook = None
     if hidden is not None:
-        hidden.append(out.hidden_states[-1].detach())
+        hook = model.get_output_embeddings().register_forward_pre_hook(
+            lambda _module, args: hidden.append(args[0].detach()))
+    try:
+        out = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep)
+    finally:
+        if hook is not None:
+            hook.remove()
     logits = out.logits[:, :-1, :]
     if isinstance(temperature, torch.Tensor):
         temperature = temperature.to(logits.device).view(-1, 1, 1)

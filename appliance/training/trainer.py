@@ -166,21 +166,23 @@ class PolicyTrainer:
                                  hidden=hidden).cpu()
                 out += [[0.0] + lp[j, : len(s.token_ids) - 1].tolist() for j, s in enumerate(chunk)]
                 if hidden and values is not None:
-                    for tid, v in zip(*self._turn_values(chunk, hidden[0]), strict=True):
+                    for tid, v in zip(*self._turn_values(chunk, hidden[0], 0), strict=True):
                         values[tid] = float(v)
         return out
 
-    def _turn_values(self, chunk: list[Sample], hidden: torch.Tensor) -> tuple[list[TurnId], torch.Tensor]:
-        """V(state) of every trained turn of `chunk` within the packed length: the head on the hidden state
-        of the turn's last context token (the one that predicts the turn's first token)."""
+    def _turn_values(self, chunk: list[Sample], hidden: torch.Tensor,
+                     start: int) -> tuple[list[TurnId], torch.Tensor]:
+        """V(state) of every trained turn of `chunk` within the packed length: the head on the final hidden
+        state of the turn's last context token (the one that predicts the turn's first token). `hidden`
+        holds positions start.. (what `token_logps` kept)."""
         assert self.value_head is not None
         tids, rows, cols = [], [], []
         for j, s in enumerate(chunk):
             for a, _ in runs(s.mask):
-                if a < hidden.shape[1]:
+                if start <= a - 1 and a < start + hidden.shape[1]:
                     tids.append((s.rollout_id, s.branch, a))
                     rows.append(j)
-                    cols.append(a - 1)
+                    cols.append(a - 1 - start)
         if not tids:
             return [], torch.zeros(0, device=hidden.device)
         return tids, self.value_head(hidden[rows, cols].float()).squeeze(-1)
@@ -382,7 +384,7 @@ class PolicyTrainer:
             ref = self._ref_logps(ids, attn, start, b.temperatures) if cfg.beta != 0.0 else None
             is_ratio, is_stats = (engine_is_ratio(old, eng, mask, cfg) if cfg.is_mode != "none" else (None, None))
             loss, stats = policy_loss(logps, old, ref, is_ratio, mask, adv, cfg, norm, b.units)
-            vloss = self._value_backward(chunk, hidden[0], value_turns, out) if hidden else None
+            vloss = self._value_backward(chunk, hidden[0], start, value_turns, out) if hidden else None
             (loss if vloss is None else loss + vloss).backward()
             out["loss"] += float(loss.detach())
             out["tokens"] += int(attn.sum())
@@ -407,9 +409,9 @@ class PolicyTrainer:
             out["extra_n"] += n
         return out
 
-    def _value_backward(self, chunk: list[Sample], hidden: torch.Tensor, value_turns: int,
+    def _value_backward(self, chunk: list[Sample], hidden: torch.Tensor, start: int, value_turns: int,
                         out: dict[str, Any]) -> torch.Tensor | None:
-        tids, values = self._turn_values(chunk, hidden)
+        tids, values = self._turn_values(chunk, hidden, start)
         keep = [i for i, t in enumerate(tids) if t in self.returns]
         if not keep:
             return None
