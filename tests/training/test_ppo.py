@@ -14,6 +14,7 @@ from appliance.testing import FakeEngine
 from appliance.training import export
 from appliance.training.advantages import build_groups
 from appliance.training.learn import learn, run_steps, split_groups
+from appliance.training.loss import first_trained_position, token_logps
 from appliance.training.trainer import VALUE_HEAD_FILE, PolicyTrainer
 from practice_data import practice  # tests/training/practice_data.py
 
@@ -54,6 +55,27 @@ def test_a_ppo_phase_trains_policy_and_critic_and_reports_the_critics_metrics(ti
     assert any(not torch.equal(before[n], after[n]) for n in before)
     # group b scored 0, 0 and the fresh critic says 0: returns equal values, no advantage, no step
     assert second["skipped_steps"] == 1.0 and second["trained_tokens"] == 0
+
+
+@pytest.mark.slow
+def test_the_values_read_in_a_training_forward_are_the_frozen_ones(tiny_model):
+    """The training forward keeps only positions from the first trained token on; the head must read the
+    same states there as in the phase's full forward (else V and V_old would be different turns)."""
+    trainer = PolicyTrainer(cfg(), tiny_model)
+    with torch.no_grad():
+        trainer.value_head.weight.normal_()
+    _, samples = practice({"a": [1.0, 0.0]})
+    frozen: dict = {}
+    trainer.logps(samples, values=frozen)
+    b = trainer.pack(samples)
+    start = first_trained_position(b.mask)
+    hidden: list = []
+    with torch.no_grad():
+        token_logps(trainer.model, b.input_ids, b.attention_mask, b.temperatures, start=start, hidden=hidden)
+        tids, values = trainer._turn_values(samples, hidden[0], start)
+    assert start > 0 and len(tids) == 4 and set(tids) == set(frozen)
+    assert values.tolist() == pytest.approx([frozen[t] for t in tids], abs=1e-5)
+    assert len(set(round(v, 4) for v in values.tolist())) == 4  # four different states, four values
 
 
 @pytest.mark.slow
