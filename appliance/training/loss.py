@@ -34,7 +34,7 @@ spread over several branches is not pooled across them.)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -110,7 +110,8 @@ def token_logps(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask:
     keep = input_ids.shape[1] - start
     hook = None
     if hidden is not None:
-        hook = model.get_output_embeddings().register_forward_pre_hook(
+        lm_head = cast(Any, model).get_output_embeddings()  # a transformers model (nn.Module in the signature)
+        hook = lm_head.register_forward_pre_hook(
             lambda _module, args: hidden.append(args[0].detach()))
     try:
         out = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep)
