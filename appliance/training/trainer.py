@@ -17,8 +17,8 @@ data-parallel replica: it trains its shard of each step's groups and sums gradie
 The value head (`training.method = "ppo"`, or GRPO with `turn_credit`): one linear layer from the policy's
 last hidden state, detached, to V(state), read at each assistant turn's first token. Why a head on detached
 features and not a separate critic, nor a head whose loss reaches the adapter: a second 135M model with its
-own AdamW state would add ~1.6 GB to a 2-core, 24 GB machine (and twice that time-sliced with serving on a
-GPU), for a few hundred value targets a phase; a head sharing the trunk's gradients would let the value
+own AdamW state would add about 2.2 GB and a forward and backward per sample to a 2-core, 24 GB machine
+(more time-sliced with serving on a GPU), for a few hundred value targets a phase; a head sharing the trunk's gradients would let the value
 loss move the LoRA adapter the engine serves. Detached, the head costs hidden_size + 1 parameters, no extra
 forward pass, and leaves the policy update exactly the PPO one. It lives beside the optimizer state
 (`trainer/value_head.pt`, with its own AdamW), so the engine's weights, the weight sync and `appliance
