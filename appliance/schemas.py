@@ -227,6 +227,9 @@ class Sample:
     policy_version: int
     advantage: float | None = None
     temperature: float = 1.0  # the sampling temperature of its trained tokens (the trainer divides logits by it)
+    # per-token advantages (turn-level credit: training.method=ppo or turn_credit); None: `advantage` on every
+    # token. Set by the trainer for one phase, never stored.
+    token_advantages: list[float] | None = None
 
 
 @dataclass(slots=True)

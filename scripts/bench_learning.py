@@ -2,7 +2,7 @@
 model, then the held-out pass@1 curve with 95 % Wilson intervals, the level each family reached, and the
 demonstration / replay / self-proposal counts.
 
-Usage: scripts/bench learning [--minutes 120] [--seed 0] [--home DIR] [--set KEY=VALUE ...]
+Usage: scripts/bench learning [--minutes 120] [--seed 0] [--method grpo|ppo] [--home DIR] [--set KEY=VALUE ...]
        scripts/bench learning --report-only --home DIR      (print the curve of a finished or running run)
 
 Each call with a fresh --home (the default: a new tmp dir) starts from the base model. It needs the bundled
@@ -65,6 +65,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=120.0, help="wall-clock budget of the run")
     ap.add_argument("--seed", type=int, default=0, help="training.seed")
+    ap.add_argument("--method", choices=["grpo", "ppo", "both", "sft"], default=None,
+                    help="training.method (default: the cpu profile's)")
     ap.add_argument("--home", type=Path, default=None, help="APPLIANCE_HOME of the run (default: a new tmp dir)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="extra APPLIANCE_* setting, e.g. loop.tasks_per_family=4")
@@ -86,6 +88,8 @@ def main() -> int:
         "APPLIANCE_TRAINING__SEED": str(args.seed),
         "APPLIANCE_LOOP__ITERATIONS": "1000",  # the budget, not the count, ends the run
     })
+    if args.method:
+        env["APPLIANCE_TRAINING__METHOD"] = args.method
     for kv in args.set:
         key, _, value = kv.partition("=")
         env["APPLIANCE_" + key.upper().replace(".", "__")] = value

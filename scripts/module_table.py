@@ -57,7 +57,8 @@ ROOMS = [
                           "inside a sandbox pointed at the proxy"),
     Room(6, ("tasks",), "task format, procedural families, self-proposal, validation and admission, the pool's "
                         "rules (near-duplicates, learnable band), difficulty controller, held-out set"),
-    Room(7, ("training",), "TRL glue: GRPO over appliance rollouts, SFT, LoRA, checkpoints; the only module that "
+    Room(7, ("training",), "TRL glue: GRPO and PPO (turn-level credit) over appliance rollouts, SFT, LoRA, "
+                           "checkpoints; the only module that "
                            "imports torch/trl (see \"Learning: how we use TRL\")"),
     Room(7, ("practice",), "one rollout end to end: workspace, sandbox, built-in or third-party harness, pristine "
                            "verifier, outcome, samples; groups of rollouts in parallel"),

@@ -102,8 +102,10 @@ class ProxySettings(Section):
 
 
 class TrainingSettings(Section):
-    method: Literal["grpo", "sft", "both"] = Field(
-        "grpo", description="Learning method: GRPO-family RL, SFT on successful trajectories, or both (SFT first)."
+    method: Literal["grpo", "sft", "both", "ppo"] = Field(
+        "grpo", description="Learning method: GRPO-family RL, SFT on successful trajectories, both (SFT first), or "
+        "ppo: the clipped objective with a critic (a value head on the policy) and GAE over the group's call tree, "
+        "one value per assistant turn (docs/DESIGN.md, \"Turn-level credit\").",
     )
     loss_type: Literal["grpo", "dapo", "dr_grpo", "gspo"] = Field(
         "dapo",
@@ -142,6 +144,19 @@ class TrainingSettings(Section):
     max_seq_len: int = Field(4096, ge=16, description="Longest training sequence; longer samples are cut at the end.")
     sft_epochs: float = Field(1.0, gt=0, description="Epochs of SFT over the successful trajectories of an iteration.")
     sft_learning_rate: float = Field(2e-5, gt=0, description="SFT learning rate.")
+    gae_gamma: float = Field(
+        1.0, ge=0, le=1, description="PPO discount per assistant turn (1: the outcome reward is not discounted; "
+        "see appliance/training/credit.py for why).")
+    gae_lambda: float = Field(
+        0.95, ge=0, le=1, description="PPO GAE lambda over turns: 1 = the outcome alone against the critic's "
+        "baseline, lower leans on the critic's turn-to-turn differences.")
+    value_clip: float = Field(
+        0.2, ge=0, description="PPO value clipping: a turn's new value stays within this of its value at the start "
+        "of the phase (rewards are in [0, 1]).")
+    value_learning_rate: float = Field(1e-3, gt=0, description="AdamW learning rate of the value head.")
+    turn_credit: float = Field(
+        0.0, ge=0, description="GRPO turn-level credit: add this x the critic's per-turn TD term (centred over the "
+        "rollout's turns) to the group-normalised outcome; > 0 trains a value head as ppo does. 0 = off.")
     dtype: Literal["float32", "bfloat16"] = Field(
         "float32", description="Trainer weights dtype; float32 on the CPU keeps the engine/trainer logprob gap ~0."
     )

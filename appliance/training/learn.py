@@ -102,8 +102,10 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
     cfg = settings.training
     # Groups whose rollouts all scored the same teach nothing; without a KL term they are left out before
     # the steps are dealt, so no step is taken (and no version published) on momentum alone.
+    # ppo keeps them: its critic's baseline gives their turns an advantage (and they are the critic's data).
     batch = build_groups(rollouts, samples, min_valid_rollouts=cfg.min_valid_rollouts,
-                         scale_rewards=cfg.scale_rewards and cfg.loss_type != "dr_grpo", keep_zero_std=cfg.beta != 0.0)
+                         scale_rewards=cfg.scale_rewards and cfg.loss_type != "dr_grpo",
+                         keep_zero_std=cfg.beta != 0.0 or cfg.method == "ppo")
     sft_samples = successful_samples(rollouts, samples) if cfg.method in ("sft", "both") else []
     sft_samples += list(demonstrations or [])
     result = LearnResult(engine.policy_version, None)
@@ -124,7 +126,7 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
         return result
 
     processes = resolve_processes(cfg)  # a bad training.processes fails here, before serving pauses
-    parts = split_groups(batch, steps) if cfg.method in ("grpo", "both") and batch.samples else []
+    parts = split_groups(batch, steps) if cfg.method in ("grpo", "both", "ppo") and batch.samples else []
     resume_from, resume_kind = (Path(latest.path), latest.kind) if latest else (None, None)
 
     def record(step: dict[str, float]) -> None:
@@ -195,11 +197,14 @@ def run_steps(trainer, sft_samples: list[Sample], parts: list[GroupedBatch],
     GRPO step's ratio and clip measure the distance from it. A phase of one GRPO step with no SFT before
     it skips that pass: nothing updates the policy before the step's own forward passes (its micro-batches
     accumulate gradients for one optimizer step), so their detached logprobs are pi_old itself, and the
-    extra no-grad forward over every sample (a quarter of the phase on the CPU bench) would recompute them."""
+    extra no-grad forward over every sample (a quarter of the phase on the CPU bench) would recompute them.
+    The critic's values are frozen by the same pass, and the turn-level credit of ppo (or GRPO's
+    turn_credit) is computed from them once for the phase, so with a value head the pass always runs."""
     from appliance.training.sft import sft
 
-    if parts and (sft_samples or len(parts) > 1):
+    if parts and (sft_samples or len(parts) > 1 or trainer.value_head is not None):
         trainer.freeze_old_logps(parts)
+        parts = trainer.assign_credit(parts)
     if sft_samples:
         record(sft(trainer, sft_samples))
     for part in parts:

@@ -34,7 +34,7 @@ spread over several branches is not pooled across them.)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -48,7 +48,7 @@ class PackedBatch:
     attention_mask: torch.Tensor  # (B, L)
     mask: torch.Tensor  # (B, L-1) float, 1 on engine-sampled target tokens
     engine_logps: torch.Tensor  # (B, L-1) engine logprob of each target token (0 where mask is 0)
-    advantages: torch.Tensor  # (B,)
+    advantages: torch.Tensor  # (B,), or (B, L-1) per token (turn-level credit)
     temperatures: torch.Tensor | None = None  # (B,) the sampling temperature of each row (None: 1.0)
     units: torch.Tensor | None = None  # (B,) trained tokens of each row's rollout, all branches (None: the row's)
 
@@ -59,7 +59,7 @@ class PackedBatch:
 
 def pack(token_ids: list[list[int]], masks: list[list[int]], logprobs: list[list[float]],
          advantages: list[float], *, pad_id: int, max_len: int, temperatures: list[float] | None = None,
-         units: list[float] | None = None) -> PackedBatch:
+         units: list[float] | None = None, token_advantages: list[list[float]] | None = None) -> PackedBatch:
     """Right-pad samples into tensors; sequences longer than `max_len` are cut at the end.
 
     Only the end can go: every kept token keeps its exact prefix, so what is trained is still what the
@@ -77,15 +77,22 @@ def pack(token_ids: list[list[int]], masks: list[list[int]], logprobs: list[list
         attn[i, :n] = 1
         mask[i, :n] = torch.tensor(m[:n], dtype=torch.float32)
         eng[i, :n] = torch.tensor(lp[:n], dtype=torch.float32)
+    adv = torch.tensor(advantages, dtype=torch.float32)
+    if token_advantages is not None:
+        per_token = torch.zeros((b, length), dtype=torch.float32)
+        for i, a in enumerate(token_advantages):
+            n = min(len(a), length)
+            per_token[i, :n] = torch.tensor(a[:n], dtype=torch.float32)
+        adv = per_token[:, 1:]
     # Token 0 has no context to be predicted from; a sample never trains on it.
-    return PackedBatch(ids, attn, mask[:, 1:], eng[:, 1:] * mask[:, 1:], torch.tensor(advantages, dtype=torch.float32),
+    return PackedBatch(ids, attn, mask[:, 1:], eng[:, 1:] * mask[:, 1:], adv,
                        None if temperatures is None else torch.tensor(temperatures, dtype=torch.float32),
                        None if units is None else torch.tensor(units, dtype=torch.float32))
 
 
 def token_logps(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 temperature: float | torch.Tensor = 1.0, start: int = 0, entropy: list[float] | None = None,
-                entropy_mask: torch.Tensor | None = None) -> torch.Tensor:
+                entropy_mask: torch.Tensor | None = None, hidden: list[torch.Tensor] | None = None) -> torch.Tensor:
     """(B, L-1-start) log-probability of tokens start+1..L-1 given their prefix, in fp32, at `temperature`
     (a float, or a (B,) tensor: one per row).
 
@@ -93,12 +100,25 @@ def token_logps(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask:
     turn): the (B, L, vocab) logits are the step's largest tensor, and most of them would be prompt.
     When `entropy` is a list, the sum of the token entropies (nats, no gradient) where `entropy_mask` is
     set (every position without one) is appended to it: only trained positions, the full-vocabulary
-    softmax is not free.
+    softmax is not free. When `hidden` is a list, the final hidden states of positions start..L-1
+    (B, L-start, H), detached, are appended to it: what the value head reads. They are caught on their way
+    into the LM head (a forward pre-hook), so there is no second forward pass and no copy of every layer's
+    states (`output_hidden_states` would keep all of them alive: a GB per sequence for a 7B model).
     """
     from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
     keep = input_ids.shape[1] - start
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep).logits[:, :-1, :]
+    hook = None
+    if hidden is not None:
+        lm_head = cast(Any, model).get_output_embeddings()  # a transformers model (nn.Module in the signature)
+        hook = lm_head.register_forward_pre_hook(
+            lambda _module, args: hidden.append(args[0].detach()))
+    try:
+        out = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep)
+    finally:
+        if hook is not None:
+            hook.remove()
+    logits = out.logits[:, :-1, :]
     if isinstance(temperature, torch.Tensor):
         temperature = temperature.to(logits.device).view(-1, 1, 1)
     logits = logits.float() / temperature
@@ -152,7 +172,7 @@ def policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, ref_logps: torch.T
 
     `units` (B,): the trained tokens of each row's rollout over all its branches (default: the row's own,
     TRL's per-sequence mean when every rollout is one sequence)."""
-    adv = advantages.unsqueeze(1)
+    adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
     log_ratio = logps - old_logps
     if cfg.loss_type == "gspo":
         # GSPO: one length-normalised ratio per sequence (TRL's importance_sampling_level="sequence").
@@ -185,3 +205,13 @@ def policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, ref_logps: torch.T
     if kl is not None:
         stats["kl"] = float((kl.detach() * mask).sum() / mask.sum().clamp(min=1.0))
     return loss, stats
+
+
+def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
+               clip: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's clipped value loss per turn, 0.5 * max((V - G)^2, (V_clip - G)^2) with V_clip = V_old +
+    clamp(V - V_old, -clip, clip) (the critic's trust region, as the policy's), and which turns the clipped
+    term decided. Sums, not means: the caller divides by the step's turns."""
+    clipped = old_values + torch.clamp(values - old_values, -clip, clip)
+    plain, capped = (values - returns) ** 2, (clipped - returns) ** 2
+    return 0.5 * torch.maximum(plain, capped).sum(), capped > plain

@@ -13,6 +13,16 @@ ratio is 1 on the first step, and moves on the later steps of the phase and afte
 with no non-zero advantage and no KL term is not taken: AdamW would move the weights on momentum alone.
 Built inside a torch.distributed process group (a worker of `training.processes` > 1), the trainer is one
 data-parallel replica: it trains its shard of each step's groups and sums gradients with the others.
+
+The value head (`training.method = "ppo"`, or GRPO with `turn_credit`): one linear layer from the policy's
+last hidden state, detached, to V(state), read at each assistant turn's first token. Why a head on detached
+features and not a separate critic, nor a head whose loss reaches the adapter: a second 135M model with its
+own AdamW state would add about 2.2 GB and a forward and backward per sample to a 2-core, 24 GB machine
+(more time-sliced with serving on a GPU), for a few hundred value targets a phase; a head sharing the trunk's gradients would let the value
+loss move the LoRA adapter the engine serves. Detached, the head costs hidden_size + 1 parameters, no extra
+forward pass, and leaves the policy update exactly the PPO one. It lives beside the optimizer state
+(`trainer/value_head.pt`, with its own AdamW), so the engine's weights, the weight sync and `appliance
+export` never see it, and a resumed phase picks it up.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ from appliance.config import TrainingSettings
 from appliance.errors import ApplianceError
 from appliance.schemas import Sample
 from appliance.training.advantages import GroupedBatch
+from appliance.training.credit import TurnId, centred_per_rollout, runs, tree_credit, with_credit
 from appliance.training.distributed import all_reduce_grads, broadcast_params, gather_partials, shard_groups, world
 from appliance.training.loss import (
     Normaliser,
@@ -37,10 +48,13 @@ from appliance.training.loss import (
     pack,
     policy_loss,
     token_logps,
+    value_loss,
 )
 from appliance.trajectories import truncation
 
 OPTIMIZER_FILE = "trainer/optimizer.pt"
+VALUE_HEAD_FILE = "trainer/value_head.pt"  # the critic: never part of the served weights
+ADV_TURNS = 8  # advantage-by-turn metrics for turns 0..7; later turns are pooled into the last
 
 
 class TrainingError(ApplianceError):
@@ -101,20 +115,45 @@ class PolicyTrainer:
             self.optimizer.load_state_dict(torch.load(resume_from / OPTIMIZER_FILE, map_location=self.device))
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.old_logps: dict[tuple[str, int], list[float]] = {}  # pi_old of the phase, by (rollout, branch)
+        self.value_head: torch.nn.Linear | None = None
+        self.old_values: dict[TurnId, float] = {}  # V at the start of the phase, by turn
+        self.returns: dict[TurnId, float] = {}  # the value targets (lambda-returns) of the phase
+        self.depth: dict[TurnId, int] = {}  # turn index of each trained turn (a metric)
+        if cfg.method == "ppo" or cfg.turn_credit > 0:
+            self._build_value_head(resume_from)
+
+    def _build_value_head(self, resume_from: Path | None) -> None:
+        # zero-initialised: a fresh critic says V = 0 everywhere, so the first phase's credit is the outcome's
+        head = torch.nn.Linear(int(self.model.config.hidden_size), 1)
+        torch.nn.init.zeros_(head.weight)
+        torch.nn.init.zeros_(head.bias)
+        self.value_head = head.to(self.device, torch.float32)
+        if self.world > 1:
+            broadcast_params(list(self.value_head.parameters()))
+        self.value_optimizer = torch.optim.AdamW(self.value_head.parameters(), lr=self.cfg.value_learning_rate)
+        if resume_from is not None and (resume_from / VALUE_HEAD_FILE).exists():
+            saved = torch.load(resume_from / VALUE_HEAD_FILE, map_location=self.device)
+            self.value_head.load_state_dict(saved["head"])
+            self.value_optimizer.load_state_dict(saved["optimizer"])
 
     # --- GRPO ---------------------------------------------------------------------------------
     def pack(self, samples: list[Sample], *, logprobs: list[list[float]] | None = None,
              units: dict[str, int] | None = None) -> PackedBatch:
         """Samples as tensors; `logprobs` replaces the engine's (to pack pi_old the same way)."""
+        per_token = any(s.token_advantages is not None for s in samples)
         return pack([s.token_ids for s in samples], [s.mask for s in samples],
                     logprobs if logprobs is not None else [s.logprobs for s in samples],
                     [float(s.advantage or 0.0) for s in samples], pad_id=self.pad_id, max_len=self.cfg.max_seq_len,
                     temperatures=[s.temperature for s in samples],
-                    units=None if units is None else [units[s.rollout_id] for s in samples])
+                    units=None if units is None else [units[s.rollout_id] for s in samples],
+                    token_advantages=[s.token_advantages or [float(s.advantage or 0.0)] * len(s.token_ids)
+                                      for s in samples] if per_token else None)
 
-    def logps(self, samples: list[Sample], *, temperature: float | None = None) -> list[list[float]]:
+    def logps(self, samples: list[Sample], *, temperature: float | None = None,
+              values: dict[TurnId, float] | None = None) -> list[list[float]]:
         """The trainer's logprob of every token given its prefix (0.0 for token 0): the engine's counterpart,
-        at each sample's sampling temperature (or at `temperature` for all)."""
+        at each sample's sampling temperature (or at `temperature` for all). With `values` (and a value
+        head), V(state) of each of the samples' turns is written into it, from the same forward pass."""
         out = []
         self.model.eval()
         with torch.no_grad():
@@ -122,9 +161,31 @@ class PolicyTrainer:
                 chunk = samples[i: i + self.cfg.micro_batch_size]
                 b = self.pack(chunk)
                 t = b.temperatures if temperature is None else temperature
-                lp = token_logps(self.model, b.input_ids.to(self.device), b.attention_mask.to(self.device), t).cpu()
+                hidden: list[torch.Tensor] | None = [] if values is not None and self.value_head else None
+                lp = token_logps(self.model, b.input_ids.to(self.device), b.attention_mask.to(self.device), t,
+                                 hidden=hidden).cpu()
                 out += [[0.0] + lp[j, : len(s.token_ids) - 1].tolist() for j, s in enumerate(chunk)]
+                if hidden and values is not None:
+                    for tid, v in zip(*self._turn_values(chunk, hidden[0], 0), strict=True):
+                        values[tid] = float(v)
         return out
+
+    def _turn_values(self, chunk: list[Sample], hidden: torch.Tensor,
+                     start: int) -> tuple[list[TurnId], torch.Tensor]:
+        """V(state) of every trained turn of `chunk` within the packed length: the head on the final hidden
+        state of the turn's last context token (the one that predicts the turn's first token). `hidden`
+        holds positions start.. (what `token_logps` kept)."""
+        assert self.value_head is not None
+        tids, rows, cols = [], [], []
+        for j, s in enumerate(chunk):
+            for a, _ in runs(s.mask):
+                if start <= a - 1 and a < start + hidden.shape[1]:
+                    tids.append((s.rollout_id, s.branch, a))
+                    rows.append(j)
+                    cols.append(a - 1 - start)
+        if not tids:
+            return [], torch.zeros(0, device=hidden.device)
+        return tids, self.value_head(hidden[rows, cols].float()).squeeze(-1)
 
     def share(self, batch: GroupedBatch) -> list[Sample]:
         """The samples of a step this replica trains (all of them in a single process)."""
@@ -134,9 +195,48 @@ class PolicyTrainer:
         return shard_groups(trainable, self.rank, self.world, max_len=self.cfg.max_seq_len)
 
     def freeze_old_logps(self, parts: list[GroupedBatch]) -> None:
-        """Record pi_old of every sample this replica will train in the phase, before any update."""
-        mine = [s for part in parts for s in self.share(part)]
-        self.old_logps = {(s.rollout_id, s.branch): lp for s, lp in zip(mine, self.logps(mine), strict=True)}
+        """Record pi_old of every sample this replica will train in the phase, before any update, and (with a
+        value head) V_old of every turn: the critic the phase's credit and value clipping are taken against.
+        With a value head every replica records all the step's samples: a turn's credit needs its whole tree."""
+        if self.value_head is not None:
+            mine = [s for part in parts for s in self.trainable(part.samples)]
+        else:
+            mine = [s for part in parts for s in self.share(part)]
+        values: dict[TurnId, float] | None = {} if self.value_head is not None else None
+        self.old_logps = {(s.rollout_id, s.branch): lp
+                          for s, lp in zip(mine, self.logps(mine, values=values), strict=True)}
+        self.old_values = values or {}
+
+    def assign_credit(self, parts: list[GroupedBatch]) -> list[GroupedBatch]:
+        """The phase's parts with turn-level credit (after `freeze_old_logps`); unchanged without a value head.
+
+        ppo: GAE over each group's call tree, a shared turn trained once (see `appliance.training.credit`),
+        the advantages divided by the step's std over its trained turns when scale_rewards. GRPO with
+        turn_credit: the group advantage plus turn_credit x the TD term centred over the rollout's turns.
+        Either way the value head learns the lambda-returns."""
+        if self.value_head is None:
+            return parts
+        cfg, out = self.cfg, []
+        for part in parts:
+            rewards = {s.rollout_id: float(s.reward) for s in part.samples}
+            credit = tree_credit(part.samples, self.old_values, rewards, gamma=cfg.gae_gamma, lam=cfg.gae_lambda,
+                                 fork_baseline=cfg.method == "ppo")
+            if cfg.method == "ppo":
+                scale = 1.0
+                if cfg.scale_rewards and cfg.loss_type != "dr_grpo":
+                    trained = [a for t, a in credit.advantage.items() if credit.trained[t]]
+                    scale = 1.0 / (_std(trained) + 1e-4) if len(trained) > 1 and _std(trained) > 0 else 1.0
+                samples = with_credit(part.samples, credit, dedup=True, turn_coef=scale)
+            else:
+                td = centred_per_rollout(tree_credit(part.samples, self.old_values, rewards, gamma=cfg.gae_gamma,
+                                                     lam=0.0, fork_baseline=False))
+                samples = with_credit(part.samples, td, dedup=False, outcome_coef=1.0, turn_coef=cfg.turn_credit)
+            self.returns.update(credit.ret)
+            self.depth.update(credit.depth)
+            out.append(GroupedBatch(samples, part.valid_groups, part.dropped_groups, part.zero_std_groups,
+                                    part.rollouts, part.valid_rollouts, part.infra_errors, part.rewards,
+                                    part.signal_groups, part.turns))
+        return out
 
     def grpo_step(self, batch: GroupedBatch) -> dict[str, float]:
         """One optimizer step on the grouped samples; returns the step's metrics (see `appliance train`).
@@ -157,7 +257,10 @@ class PolicyTrainer:
             "turns_mean": sum(turns) / len(turns) if turns else 0.0,
         }
         trainable = self.trainable(batch.samples)
-        if cfg.beta == 0.0 and not any(s.advantage for s in trainable):
+        policy_signal = cfg.beta != 0.0 or any(_has_advantage(s) for s in trainable)
+        value_turns = self._value_turns(trainable)
+        value_signal = any(abs(self.returns[t] - self.old_values.get(t, 0.0)) > 0 for t in value_turns)
+        if not policy_signal and not value_signal:
             trainable = []  # nothing to learn: no step, so the weights (and AdamW's state) stay as they are
         if not trainable:
             metrics.update(loss=0.0, trained_tokens=0, step_time_s=time.perf_counter() - t0, tokens_per_s=0.0,
@@ -168,17 +271,27 @@ class PolicyTrainer:
         mine = self.share(batch)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        partial = self.backward(mine, norm, units)
+        if self.value_head is not None:
+            self.value_optimizer.zero_grad(set_to_none=True)
+        partial = self.backward(mine, norm, units, value_turns=max(len(value_turns), 1))
         params = [p for p in self.model.parameters() if p.requires_grad]
+        head = list(self.value_head.parameters()) if self.value_head is not None else []
         if self.world > 1:
-            all_reduce_grads(params)
+            all_reduce_grads(params + head)
             partial = _combine(gather_partials(partial))
         grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-        self.optimizer.step()
+        if policy_signal:  # a step with the critic's work only leaves the policy (and AdamW's moments) alone
+            self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.value_head is not None:
+            torch.nn.utils.clip_grad_norm_(head, cfg.max_grad_norm)
+            self.value_optimizer.step()
+            self.value_optimizer.zero_grad(set_to_none=True)
+            metrics.update(self._value_metrics(trainable, value_turns, partial))
         step_time = time.perf_counter() - t0
         metrics.update(
-            loss=partial["loss"], grad_norm=float(grad_norm), trained_tokens=norm.tokens, tokens=partial["tokens"],
+            loss=partial["loss"], grad_norm=float(grad_norm), trained_tokens=norm.tokens if policy_signal else 0,
+            tokens=partial["tokens"],
             step_time_s=step_time, tokens_per_s=partial["tokens"] / step_time,
             logprob_gap_mean=partial["gap_sum"] / partial["gap_n"], logprob_gap_max=partial["gap_max"],
             entropy=partial["entropy_sum"] / max(partial["gap_n"], 1),
@@ -191,6 +304,35 @@ class PolicyTrainer:
         for key, value in partial["extra"].items():
             metrics[key] = value / total
         return metrics
+
+    def _value_turns(self, trainable: list[Sample]) -> list[TurnId]:
+        """The turns whose value the step trains (the phase's credit gave them a return)."""
+        if self.value_head is None:
+            return []
+        return [t for s in trainable for a, _ in runs(s.mask[: self.cfg.max_seq_len])
+                if (t := (s.rollout_id, s.branch, a)) in self.returns]
+
+    def _value_metrics(self, trainable: list[Sample], turns: list[TurnId], partial: dict[str, Any]) -> dict[str, float]:
+        """Value loss and clip fraction (from the step's forward), the explained variance of the returns by the
+        phase's V_old, and the mean advantage by turn index (`adv_turn_K`, K >= ADV_TURNS-1 pooled)."""
+        out: dict[str, float] = {}
+        n = max(partial["value_n"], 1)
+        out.update(value_loss=partial["value_loss"] / n, value_clip_frac=partial["value_clipped"] / n)
+        rets = [self.returns[t] for t in turns]
+        olds = [self.old_values.get(t, 0.0) for t in turns]
+        if len(rets) > 1:
+            var = _var(rets)
+            out["explained_variance"] = 1.0 - _var([r - v for r, v in zip(rets, olds, strict=True)]) / var if var else 0.0
+            out.update(returns_mean=sum(rets) / len(rets), values_mean=sum(olds) / len(olds))
+        by_turn: dict[int, list[float]] = {}
+        for s in trainable:
+            for a, _ in runs(s.mask[: self.cfg.max_seq_len]):
+                depth = self.depth.get((s.rollout_id, s.branch, a))
+                if depth is not None and s.token_advantages is not None:
+                    by_turn.setdefault(min(depth, ADV_TURNS - 1), []).append(s.token_advantages[a])
+        for depth, advs in sorted(by_turn.items()):
+            out[f"adv_turn_{depth}"] = sum(advs) / len(advs)
+        return out
 
     def trainable(self, samples: list[Sample]) -> list[Sample]:
         """The samples with a trained token within max_seq_len (the others add nothing to a step)."""
@@ -210,13 +352,17 @@ class PolicyTrainer:
             out[s.rollout_id] = out.get(s.rollout_id, 0) + sum(s.mask[1: self.cfg.max_seq_len])
         return out
 
-    def backward(self, samples: list[Sample], norm: Normaliser, units: dict[str, int] | None = None) -> dict[str, Any]:
-        """Forward and backward over `samples` in micro-batches (gradients accumulate); the statistics' sums."""
+    def backward(self, samples: list[Sample], norm: Normaliser, units: dict[str, int] | None = None,
+                 value_turns: int = 1) -> dict[str, Any]:
+        """Forward and backward over `samples` in micro-batches (gradients accumulate); the statistics' sums.
+        With a value head, its clipped loss over the samples' turns (divided by the step's `value_turns`)
+        is added; it reaches only the head (the hidden states are detached)."""
         cfg = self.cfg
         units = units if units is not None else self.units(samples)
         out: dict[str, Any] = {"loss": 0.0, "tokens": 0, "gap_sum": 0.0, "gap_n": 0, "gap_max": -math.inf,
                                "ratio_sum": 0.0, "ratio_n": 0, "ratio_min": math.inf, "ratio_max": -math.inf,
-                               "clipped": 0, "extra": {}, "extra_n": 0, "entropy_sum": 0.0}
+                               "clipped": 0, "extra": {}, "extra_n": 0, "entropy_sum": 0.0,
+                               "value_loss": 0.0, "value_clipped": 0, "value_n": 0}
         for i in range(0, len(samples), cfg.micro_batch_size):
             chunk = samples[i: i + cfg.micro_batch_size]
             b = self.pack(chunk, units=units)
@@ -224,8 +370,12 @@ class PolicyTrainer:
             ids, attn = b.input_ids.to(self.device), b.attention_mask.to(self.device)
             mask, eng = b.mask[:, start:].to(self.device), b.engine_logps[:, start:].to(self.device)
             adv = b.advantages.to(self.device)
+            if adv.dim() == 2:
+                adv = adv[:, start:]
             entropy: list[float] = []
-            logps = token_logps(self.model, ids, attn, b.temperatures, start=start, entropy=entropy, entropy_mask=mask)
+            hidden: list[torch.Tensor] | None = [] if self.value_head is not None else None
+            logps = token_logps(self.model, ids, attn, b.temperatures, start=start, entropy=entropy, entropy_mask=mask,
+                                hidden=hidden)
             frozen = [self.old_logps.get((s.rollout_id, s.branch)) for s in chunk]
             if all(f is not None for f in frozen):  # pi_old of the phase (see freeze_old_logps)
                 old = self.pack(chunk, logprobs=frozen).engine_logps[:, start:].to(self.device)
@@ -234,7 +384,8 @@ class PolicyTrainer:
             ref = self._ref_logps(ids, attn, start, b.temperatures) if cfg.beta != 0.0 else None
             is_ratio, is_stats = (engine_is_ratio(old, eng, mask, cfg) if cfg.is_mode != "none" else (None, None))
             loss, stats = policy_loss(logps, old, ref, is_ratio, mask, adv, cfg, norm, b.units)
-            loss.backward()
+            vloss = self._value_backward(chunk, hidden[0], start, value_turns, out) if hidden else None
+            (loss if vloss is None else loss + vloss).backward()
             out["loss"] += float(loss.detach())
             out["tokens"] += int(attn.sum())
             out["entropy_sum"] += entropy[0]
@@ -258,6 +409,22 @@ class PolicyTrainer:
             out["extra_n"] += n
         return out
 
+    def _value_backward(self, chunk: list[Sample], hidden: torch.Tensor, start: int, value_turns: int,
+                        out: dict[str, Any]) -> torch.Tensor | None:
+        tids, values = self._turn_values(chunk, hidden, start)
+        keep = [i for i, t in enumerate(tids) if t in self.returns]
+        if not keep:
+            return None
+        dev = values.device
+        values = values[keep]
+        old = torch.tensor([self.old_values.get(tids[i], 0.0) for i in keep], device=dev)
+        ret = torch.tensor([self.returns[tids[i]] for i in keep], device=dev)
+        loss, clipped = value_loss(values, old, ret, self.cfg.value_clip)
+        out["value_loss"] += float(loss.detach())
+        out["value_clipped"] += int(clipped.sum())
+        out["value_n"] += len(keep)
+        return loss / value_turns
+
     def _ref_logps(self, ids: torch.Tensor, attn: torch.Tensor, start: int,
                    temperature: torch.Tensor | None) -> torch.Tensor:
         t = 1.0 if temperature is None else temperature
@@ -276,6 +443,9 @@ class PolicyTrainer:
             self.tokenizer.save_pretrained(dest)
         (dest / OPTIMIZER_FILE).parent.mkdir(exist_ok=True)
         torch.save(self.optimizer.state_dict(), dest / OPTIMIZER_FILE)
+        if self.value_head is not None:  # beside the optimizer state, out of what the engine loads
+            torch.save({"head": self.value_head.state_dict(), "optimizer": self.value_optimizer.state_dict()},
+                       dest / VALUE_HEAD_FILE)
         return self.kind
 
     def trainable_state(self) -> dict[str, Any]:
@@ -288,7 +458,8 @@ def _combine(partials: list[dict[str, Any]]) -> dict[str, Any]:
     out = dict(partials[0])
     out["extra"] = dict(out["extra"])
     for p in partials[1:]:
-        for key in ("loss", "tokens", "gap_sum", "gap_n", "ratio_sum", "ratio_n", "clipped", "extra_n", "entropy_sum"):
+        for key in ("loss", "tokens", "gap_sum", "gap_n", "ratio_sum", "ratio_n", "clipped", "extra_n", "entropy_sum",
+                    "value_loss", "value_clipped", "value_n"):
             out[key] += p[key]
         out["gap_max"] = max(out["gap_max"], p["gap_max"])
         out["ratio_max"] = max(out["ratio_max"], p["ratio_max"])
@@ -296,3 +467,16 @@ def _combine(partials: list[dict[str, Any]]) -> dict[str, Any]:
         for key, value in p["extra"].items():
             out["extra"][key] = out["extra"].get(key, 0.0) + value
     return out
+
+
+def _has_advantage(s: Sample) -> bool:
+    return any(s.token_advantages) if s.token_advantages is not None else bool(s.advantage)
+
+
+def _var(xs: list[float]) -> float:
+    mean = sum(xs) / len(xs)
+    return sum((x - mean) ** 2 for x in xs) / len(xs)
+
+
+def _std(xs: list[float]) -> float:
+    return math.sqrt(_var(xs))

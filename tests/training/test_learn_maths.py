@@ -100,6 +100,9 @@ def test_old_logprobs_are_frozen_before_the_sft_update(tiny_model, monkeypatch):
         def freeze_old_logps(self, p):
             calls.append("freeze")
 
+        def assign_credit(self, p):
+            return p
+
         def grpo_step(self, p):
             calls.append("grpo")
             return {}
