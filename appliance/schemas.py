@@ -229,7 +229,7 @@ class Sample:
     temperature: float = 1.0  # the sampling temperature of its trained tokens (the trainer divides logits by it)
     # per-token advantages (turn-level credit: training.method=ppo or turn_credit); None: `advantage` on every
     # token. Set by the trainer for one phase, never stored.
-    token_advantages: list[float] | None = None
+    token_advantages: list[float] | None = field(default=None, metadata={"stored": False})
 
 
 @dataclass(slots=True)

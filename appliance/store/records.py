@@ -68,9 +68,14 @@ def from_json(text: str | None) -> dict[str, Any]:
     return value
 
 
+def _stored(cls: type) -> list[Any]:
+    """A record type's fields that are columns (a field with metadata stored=False lives in memory only)."""
+    return [f for f in fields(cls) if f.metadata.get("stored", True)]
+
+
 def columns(cls: type, *extra: str) -> tuple[str, ...]:
-    """The column names of a record type (its dataclass fields) and any extra columns, in order."""
-    return (*(f.name for f in fields(cls)), *extra)
+    """The column names of a record type (its stored dataclass fields) and any extra columns, in order."""
+    return (*(f.name for f in _stored(cls)), *extra)
 
 
 def insert_sql(table: str, cols: tuple[str, ...], verb: str = "INSERT") -> str:
@@ -79,7 +84,7 @@ def insert_sql(table: str, cols: tuple[str, ...], verb: str = "INSERT") -> str:
 
 def record(cls: type[R], row: sqlite3.Row, **decoded: Any) -> R:
     """A record whose every field is the column of its name, except the ones decoded by the caller."""
-    return cls(**{f.name: decoded[f.name] if f.name in decoded else row[f.name] for f in fields(cls)})  # type: ignore[arg-type]
+    return cls(**{f.name: decoded[f.name] if f.name in decoded else row[f.name] for f in _stored(cls)})
 
 
 def run(r: sqlite3.Row) -> Run:

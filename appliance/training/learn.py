@@ -202,7 +202,7 @@ def run_steps(trainer, sft_samples: list[Sample], parts: list[GroupedBatch],
     turn_credit) is computed from them once for the phase, so with a value head the pass always runs."""
     from appliance.training.sft import sft
 
-    if parts and (sft_samples or len(parts) > 1 or trainer.value_head is not None):
+    if parts and (sft_samples or len(parts) > 1 or getattr(trainer, "value_head", None) is not None):
         trainer.freeze_old_logps(parts)
         parts = trainer.assign_credit(parts)
     if sft_samples:

@@ -118,8 +118,13 @@ def test_a_single_step_phase_needs_no_separate_old_logprob_pass(monkeypatch):
     calls = []
 
     class Spy:  # one GRPO step, nothing before it: the step's own detached logprobs are pi_old
+        value_head = None
+
         def freeze_old_logps(self, p):
             calls.append("freeze")
+
+        def assign_credit(self, p):
+            return p
 
         def grpo_step(self, p):
             calls.append("grpo")
