@@ -147,6 +147,10 @@ class TrainingSettings(Section):
     max_seq_len: int = Field(4096, ge=16, description="Longest training sequence; longer samples are cut at the end.")
     sft_epochs: float = Field(1.0, gt=0, description="Epochs of SFT over the successful trajectories of an iteration.")
     sft_learning_rate: float = Field(2e-5, gt=0, description="SFT learning rate.")
+    sft_batch_size: int = Field(
+        8, ge=1, description="Samples per SFT optimizer step (drawn by length; a forward pass runs their shared "
+        "prompt once and holds at most micro_batch_size x max_seq_len tokens)."
+    )
     dtype: Literal["float32", "bfloat16"] = Field(
         "float32", description="Trainer weights dtype; float32 on the CPU keeps the engine/trainer logprob gap ~0."
     )

@@ -16,6 +16,7 @@ from appliance.demonstrations import (
     demonstrate_tasks,
     pick_demonstrations,
     relabel_hindsight,
+    spread_over_operations,
     to_demonstration,
 )
 from appliance.harness.builtin import SYSTEM_PROMPT
@@ -136,6 +137,19 @@ def test_pick_leans_toward_the_frontier() -> None:
     by_level = {lvl: sum(d.difficulty == lvl for d in picked) for lvl in (1, 2, 3, 4)}
     assert by_level[2] > by_level[3] > by_level[4] and by_level[2] > by_level[1]
     assert pick_demonstrations(demos[:3], {}, 10) == demos[:3]
+
+
+def test_the_warm_start_pool_spreads_over_operations_and_phrasings() -> None:
+    drawn = synthesize("text", 3, 40, seed="spread")
+    ops = {s.meta["operation"] for s in drawn}
+    picked = spread_over_operations(drawn, 8)
+    assert len(picked) == 8 and len({s.meta["operation"] for s in picked}) == min(8, len(ops))
+    assert len({s.meta["operation"] for s in drawn[:8]}) < 8  # a plain draw repeats operations
+    few = [s for s in drawn if s.meta["operation"] == drawn[0].meta["operation"]]
+    again = spread_over_operations(few, 2)
+    if len({s.meta["phrasing"] for s in few}) > 1:  # one operation: two different phrasings first
+        assert again[0].meta["phrasing"] != again[1].meta["phrasing"]
+    assert sorted(s.id for s in spread_over_operations(drawn, 100)) == sorted(s.id for s in drawn)  # all, once
 
 
 def test_the_real_chat_template_masks_exactly_the_assistant_turns() -> None:
