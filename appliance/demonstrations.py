@@ -164,15 +164,18 @@ def demonstrate_tasks(settings: Settings, store: Store, tasks: Iterable[Task], t
     out = DemoYield()
     if not todo:
         return out
+    # each demonstration is stored as soon as it is made: a pool of hundreds takes minutes, and a stop or a
+    # crash part-way must not throw the finished ones away (the next pass makes only the missing ones)
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as ex:
-        runs = list(ex.map(lambda t: demonstrate(settings, TaskSpec.from_spec(t.spec), start=start), todo))
-    for task, run in zip(todo, runs, strict=True):
-        if run.error:
-            out.infra.append(task.id)
-        elif not run.passed:
-            out.failed.append(task.id)
-        else:
-            out.added += store.add_demonstration(to_demonstration(run.messages, task, tokenize, iteration=iteration))
+        runs = ex.map(lambda t: demonstrate(settings, TaskSpec.from_spec(t.spec), start=start), todo)
+        for task, run in zip(todo, runs, strict=True):
+            if run.error:
+                out.infra.append(task.id)
+            elif not run.passed:
+                out.failed.append(task.id)
+            else:
+                out.added += store.add_demonstration(to_demonstration(run.messages, task, tokenize,
+                                                                      iteration=iteration))
     return out
 
 

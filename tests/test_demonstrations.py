@@ -71,6 +71,26 @@ def test_a_solution_that_fails_the_verifier_is_no_demonstration(sandbox_settings
     assert demonstrate_tasks(sandbox_settings, store, tasks, char_tokenize).added == 0
 
 
+def test_each_demonstration_is_kept_as_soon_as_it_is_made(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    from appliance import demonstrations
+
+    specs = synthesize("files", 2, 2, seed="stop")
+    tasks = [task_of(s) for s in specs]
+    for t in tasks:
+        store.add_task(t)
+
+    def run_then_stop(settings, spec, **_):
+        if spec.id == specs[1].id:
+            raise RuntimeError("the run stopped here")
+        return demonstrations.DemoRun([{"role": "assistant", "content": "x"}], True)
+
+    monkeypatch.setattr(demonstrations, "demonstrate", run_then_stop)
+    with pytest.raises(RuntimeError):
+        demonstrate_tasks(load_settings(environ={"APPLIANCE_HOME": "/nonexistent"}), store, tasks, char_tokenize,
+                          parallel=1)
+    assert [d.task_id for d in store.demonstrations("r1")] == [tasks[0].id]  # the first one was not lost
+
+
 def test_setup_failure_is_the_machines_not_the_tasks(sandbox_settings: Settings) -> None:
     spec = synthesize("files", 2, 1, seed="demo")[0]
     spec.setup = "exit 3"
