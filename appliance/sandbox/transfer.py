@@ -30,10 +30,13 @@ _KINDS = {tarfile.FIFOTYPE: "fifo", tarfile.CHRTYPE: "device", tarfile.BLKTYPE: 
 
 def _compact(data: bytes) -> bytes:
     """Drop tarfile's padding to a 10 KiB record (most of a small archive): the members, then the two
-    zero blocks that end an archive. Members are 512-byte aligned, so re-padding to 512 restores any
-    zeros a member's own padding lost."""
-    body = data.rstrip(b"\0")
-    return body + b"\0" * (-len(body) % 512) + b"\0" * 1024
+    zero blocks that end an archive. The end of the members is where tarfile's reader stops after the
+    last one (its data padded to 512), not the last non-zero byte: a member's own data may end in zeros
+    (an uncompressed .tar in the workspace ends in kilobytes of them)."""
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        tar.getmembers()
+        end = tar.offset
+    return data[:end] + b"\0" * 1024
 
 
 def _norm(name: str) -> str:
