@@ -166,8 +166,14 @@ def demonstrate_tasks(settings: Settings, store: Store, tasks: Iterable[Task], t
         return out
     # each demonstration is stored as soon as it is made: a pool of hundreds takes minutes, and a stop or a
     # crash part-way must not throw the finished ones away (the next pass makes only the missing ones)
+    def run(task: Task) -> DemoRun:
+        try:
+            return demonstrate(settings, TaskSpec.from_spec(task.spec), start=start)
+        except Exception as e:  # noqa: BLE001 - as in validation: one task's surprise is that task's failure
+            return DemoRun([], False, None, f"{type(e).__name__}: {e}")
+
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as ex:
-        runs = ex.map(lambda t: demonstrate(settings, TaskSpec.from_spec(t.spec), start=start), todo)
+        runs = ex.map(run, todo)
         for task, run in zip(todo, runs, strict=True):
             if run.error:
                 out.infra.append(task.id)

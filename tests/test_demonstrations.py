@@ -81,14 +81,20 @@ def test_each_demonstration_is_kept_as_soon_as_it_is_made(store: Store, monkeypa
 
     def run_then_stop(settings, spec, **_):
         if spec.id == specs[1].id:
-            raise RuntimeError("the run stopped here")
+            raise KeyboardInterrupt  # the run stops here
         return demonstrations.DemoRun([{"role": "assistant", "content": "x"}], True)
 
+    settings = load_settings(environ={"APPLIANCE_HOME": "/nonexistent"})
     monkeypatch.setattr(demonstrations, "demonstrate", run_then_stop)
-    with pytest.raises(RuntimeError):
-        demonstrate_tasks(load_settings(environ={"APPLIANCE_HOME": "/nonexistent"}), store, tasks, char_tokenize,
-                          parallel=1)
+    with pytest.raises(KeyboardInterrupt):
+        demonstrate_tasks(settings, store, tasks, char_tokenize, parallel=1)
     assert [d.task_id for d in store.demonstrations("r1")] == [tasks[0].id]  # the first one was not lost
+
+    def surprise(settings, spec, **_):
+        raise ValueError("a bug in one task's verification")
+
+    monkeypatch.setattr(demonstrations, "demonstrate", surprise)  # that task's failure, not the phase's
+    assert demonstrate_tasks(settings, store, tasks, char_tokenize).failed == [tasks[1].id]
 
 
 def test_setup_failure_is_the_machines_not_the_tasks(sandbox_settings: Settings) -> None:
