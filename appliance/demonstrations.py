@@ -164,15 +164,24 @@ def demonstrate_tasks(settings: Settings, store: Store, tasks: Iterable[Task], t
     out = DemoYield()
     if not todo:
         return out
+    # each demonstration is stored as soon as it is made: a pool of hundreds takes minutes, and a stop or a
+    # crash part-way must not throw the finished ones away (the next pass makes only the missing ones)
+    def run(task: Task) -> DemoRun:
+        try:
+            return demonstrate(settings, TaskSpec.from_spec(task.spec), start=start)
+        except Exception as e:  # noqa: BLE001 - as in validation: one task's surprise is that task's failure
+            return DemoRun([], False, None, f"{type(e).__name__}: {e}")
+
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as ex:
-        runs = list(ex.map(lambda t: demonstrate(settings, TaskSpec.from_spec(t.spec), start=start), todo))
-    for task, run in zip(todo, runs, strict=True):
-        if run.error:
-            out.infra.append(task.id)
-        elif not run.passed:
-            out.failed.append(task.id)
-        else:
-            out.added += store.add_demonstration(to_demonstration(run.messages, task, tokenize, iteration=iteration))
+        runs = ex.map(run, todo)
+        for task, run in zip(todo, runs, strict=True):
+            if run.error:
+                out.infra.append(task.id)
+            elif not run.passed:
+                out.failed.append(task.id)
+            else:
+                out.added += store.add_demonstration(to_demonstration(run.messages, task, tokenize,
+                                                                      iteration=iteration))
     return out
 
 
@@ -273,6 +282,30 @@ def demonstration_samples(demos: Iterable[Demonstration]) -> list[Sample]:
 WARMSTART = "warmstart"  # spec.meta["pool"] of the tasks made only to be demonstrated (never practised)
 
 
+CANDIDATES = 4  # tasks drawn per warm-start task kept: the pool picks the broadest of them
+
+
+def spread_over_operations(specs: list[TaskSpec], n: int) -> list[TaskSpec]:
+    """`n` of `specs` (in draw order), round-robin over their operations and, within one, new phrasings
+    first: a family's few warm-start demonstrations show as many different requests as it has, rather
+    than repeats of the operations a random draw happens to favour."""
+    queues: dict[str, list[TaskSpec]] = {}
+    for spec in specs:
+        queues.setdefault(str(spec.meta.get("operation") or spec.meta.get("variant") or ""), []).append(spec)
+    for op, group in queues.items():
+        first_of_phrasing: dict[object, int] = {}
+        for i, spec in enumerate(group):
+            first_of_phrasing.setdefault(spec.meta.get("phrasing"), i)
+        fresh = set(first_of_phrasing.values())
+        queues[op] = [group[i] for i in sorted(fresh)] + [s for i, s in enumerate(group) if i not in fresh]
+    picked: list[TaskSpec] = []
+    while len(picked) < n and any(queues.values()):
+        for group in queues.values():
+            if group and len(picked) < n:
+                picked.append(group.pop(0))
+    return picked
+
+
 def warmstart_tasks(settings: Settings, store: Store, run_id: str, families: list[str], *,
                     start: SandboxStarter | None = None) -> list[Task]:
     """The run's warm-start tasks (levels `training.demo_warmstart_levels`), synthesized and validated once."""
@@ -285,8 +318,9 @@ def warmstart_tasks(settings: Settings, store: Store, run_id: str, families: lis
         exclude = {t.spec["id"] for t in store.tasks(run_id)}
         for family in families:
             for level in cfg.demo_warmstart_levels:
-                for spec in synthesize(family, level, cfg.demo_warmstart_tasks, seed=f"{run_id}:{WARMSTART}",
-                                       exclude=exclude):
+                drawn = synthesize(family, level, CANDIDATES * cfg.demo_warmstart_tasks, seed=f"{run_id}:{WARMSTART}",
+                                   exclude=exclude)
+                for spec in spread_over_operations(drawn, cfg.demo_warmstart_tasks):
                     spec.meta["pool"] = WARMSTART
                     store.add_task(Task(f"{run_id}.{spec.id}", run_id, spec.family, spec.difficulty, spec.source,
                                         Split.TRAIN, TaskStatus.PROPOSED, spec.to_spec()))

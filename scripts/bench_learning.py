@@ -49,6 +49,7 @@ def report(home: Path) -> int:
         separated = last.low > first.high
         print(f"change {100 * (last.pass_at_1 - first.pass_at_1):+.1f} points; intervals "
               f"{'do not overlap' if separated else 'overlap'}")
+        paired(store, run.id, curve[0][0], curve[-1][0])
     latest = store.report(run.id)
     if latest:
         rep = latest[0]
@@ -59,6 +60,30 @@ def report(home: Path) -> int:
     print(f"replayed tasks: {replays}")
     store.close()
     return 0
+
+
+def paired(store: Store, run_id: str, first: int, last: int) -> None:
+    """Both evaluations over the same tasks: a later evaluation inside its time budget runs a prefix of
+    the held-out list, so its pass@1 and the baseline's are over different tasks unless restricted."""
+    from appliance.schemas import Outcome
+    from appliance.tasks.difficulty import wilson
+
+    def results(iteration: int) -> dict[str, list[bool]]:
+        out: dict[str, list[bool]] = {}
+        for r in store.rollouts(run_id, iteration=iteration, purpose="eval"):
+            if r.outcome not in (None, Outcome.INFRA_ERROR) and r.task_id:
+                out.setdefault(r.task_id, []).append(r.outcome == Outcome.SUCCESS)
+        return out
+
+    before, after = results(first), results(last)
+    common = sorted(set(before) & set(after))
+    if not common or len(common) == len(before) == len(after):
+        return
+    for label, res in ((f"iteration {first}", before), (f"iteration {last}", after)):
+        outcomes = [o for t in common for o in res[t]]
+        low, high = wilson(sum(outcomes), len(outcomes))
+        print(f"  on the {len(common)} tasks both evaluated, {label}: {sum(outcomes)}/{len(outcomes)} "
+              f"= {sum(outcomes) / len(outcomes):.1%} [{low:.1%}, {high:.1%}]")
 
 
 def main() -> int:

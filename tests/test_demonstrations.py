@@ -16,6 +16,7 @@ from appliance.demonstrations import (
     demonstrate_tasks,
     pick_demonstrations,
     relabel_hindsight,
+    spread_over_operations,
     to_demonstration,
 )
 from appliance.harness.builtin import SYSTEM_PROMPT
@@ -68,6 +69,32 @@ def test_a_solution_that_fails_the_verifier_is_no_demonstration(sandbox_settings
     assert demos[0].iteration == 1 and any(demos[0].mask)
     # idempotent: a task with a demonstration is not run again
     assert demonstrate_tasks(sandbox_settings, store, tasks, char_tokenize).added == 0
+
+
+def test_each_demonstration_is_kept_as_soon_as_it_is_made(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    from appliance import demonstrations
+
+    specs = synthesize("files", 2, 2, seed="stop")
+    tasks = [task_of(s) for s in specs]
+    for t in tasks:
+        store.add_task(t)
+
+    def run_then_stop(settings, spec, **_):
+        if spec.id == specs[1].id:
+            raise KeyboardInterrupt  # the run stops here
+        return demonstrations.DemoRun([{"role": "assistant", "content": "x"}], True)
+
+    settings = load_settings(environ={"APPLIANCE_HOME": "/nonexistent"})
+    monkeypatch.setattr(demonstrations, "demonstrate", run_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        demonstrate_tasks(settings, store, tasks, char_tokenize, parallel=1)
+    assert [d.task_id for d in store.demonstrations("r1")] == [tasks[0].id]  # the first one was not lost
+
+    def surprise(settings, spec, **_):
+        raise ValueError("a bug in one task's verification")
+
+    monkeypatch.setattr(demonstrations, "demonstrate", surprise)  # that task's failure, not the phase's
+    assert demonstrate_tasks(settings, store, tasks, char_tokenize).failed == [tasks[1].id]
 
 
 def test_setup_failure_is_the_machines_not_the_tasks(sandbox_settings: Settings) -> None:
@@ -136,6 +163,19 @@ def test_pick_leans_toward_the_frontier() -> None:
     by_level = {lvl: sum(d.difficulty == lvl for d in picked) for lvl in (1, 2, 3, 4)}
     assert by_level[2] > by_level[3] > by_level[4] and by_level[2] > by_level[1]
     assert pick_demonstrations(demos[:3], {}, 10) == demos[:3]
+
+
+def test_the_warm_start_pool_spreads_over_operations_and_phrasings() -> None:
+    drawn = synthesize("text", 3, 40, seed="spread")
+    ops = {s.meta["operation"] for s in drawn}
+    picked = spread_over_operations(drawn, 8)
+    assert len(picked) == 8 and len({s.meta["operation"] for s in picked}) == min(8, len(ops))
+    assert len({s.meta["operation"] for s in drawn[:8]}) < 8  # a plain draw repeats operations
+    few = [s for s in drawn if s.meta["operation"] == drawn[0].meta["operation"]]
+    again = spread_over_operations(few, 2)
+    if len({s.meta["phrasing"] for s in few}) > 1:  # one operation: two different phrasings first
+        assert again[0].meta["phrasing"] != again[1].meta["phrasing"]
+    assert sorted(s.id for s in spread_over_operations(drawn, 100)) == sorted(s.id for s in drawn)  # all, once
 
 
 def test_the_real_chat_template_masks_exactly_the_assistant_turns() -> None:

@@ -1,19 +1,37 @@
-"""SFT on the policy's own successful trajectories (rejection sampling), with TRL's SFTTrainer.
+"""SFT on the policy's own successful trajectories (rejection sampling) and on demonstrations.
 
-The samples are already tokenized (the exact ids the engine saw and sampled), so they go to SFTTrainer as a
-pre-tokenized dataset: `input_ids` plus `assistant_masks` = our provenance mask. TRL turns the mask into
-labels (-100 wherever the mask is 0), so the loss falls on model-sampled tokens only, never on the prompt,
-tool output or environment text. SmolLM2's chat template has no `{% generation %}` markers, which is why
-TRL's own `assistant_only_loss` cannot be used: our mask is more exact anyway (it comes from the engine).
+The samples are already tokenized (the exact ids the engine saw and sampled, or a demonstration's chat
+template ids), and their mask says which tokens are the assistant's: the loss is the mean negative
+log-likelihood of those tokens only, never of the prompt, tool output or environment text (TRL's
+`SFTTrainer` with `assistant_masks`, loss type "nll": a token mean over the optimizer step).
+
+Why our own loop and not `SFTTrainer`: almost every sample starts with the same tokens (the harness's
+system prompt and the `Task: ` line, ~150 of a demonstration's ~250) and trains only on the ~35 tokens at
+its end. `SFTTrainer` runs every sample's whole sequence through the model; here each forward pass runs
+the batch's shared prefix once and the suffixes on top of its key/value cache (`shared_prefix_nll`). The
+prefix stays in the autograd graph (the adapter changes its keys and values too), so loss and gradient are
+those of the full sequences, to float rounding (tests/training/test_sft.py) — it is not a detached cache.
+Batches are drawn by length (shuffled pools sorted by length), so the suffixes pad little, and the LM
+head runs only on trained positions (as TRL's fused head does), so a forward never builds a (B, L, vocab)
+tensor and several sequences fit where a GRPO step fits one.
+
+One optimizer step per `training.sft_batch_size` samples, fresh AdamW at `sft_learning_rate` with a linear
+decay to 0 (the Trainer's default schedule), gradients clipped at `max_grad_norm`. A forward pass holds at
+most `micro_batch_size x max_seq_len` tokens (the memory the settings already allow a GRPO micro-batch), so
+a step may take several. In a process group (a multi-process LEARN phase) every rank takes every world-th
+sample of each step, normalises by the whole step's token count, and the gradients are summed
+(`distributed.all_reduce_grads`): the one-process step, as for GRPO.
 """
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
+import math
+import random
 from typing import Any
 
 from appliance.schemas import Outcome, Rollout, Sample
+
+MIN_SHARED_PREFIX = 16  # shorter common prefixes are not worth a second forward call
 
 
 def successful_samples(rollouts: list[Rollout], samples: list[Sample]) -> list[Sample]:
@@ -22,34 +40,141 @@ def successful_samples(rollouts: list[Rollout], samples: list[Sample]) -> list[S
     return [s for s in samples if s.rollout_id in ok and any(s.mask)]
 
 
-def build_sft_trainer(policy: Any, samples: list[Sample], output_dir: Path) -> Any:
-    """A TRL SFTTrainer over `policy`'s model (a `PolicyTrainer`); its optimizer is SFT's own."""
-    import torch
-    from datasets import Dataset
-    from trl import SFTConfig, SFTTrainer
+def trained_positions(sample: Sample, max_len: int) -> list[int]:
+    """Positions whose token the loss predicts: masked, within max_len, never token 0 (it has no context)."""
+    return [j for j, m in enumerate(sample.mask[:max_len]) if m and j > 0]
 
-    cfg = policy.cfg
-    data = Dataset.from_dict({
-        "input_ids": [s.token_ids[: cfg.max_seq_len] for s in samples],
-        "assistant_masks": [s.mask[: cfg.max_seq_len] for s in samples],
-    })
-    args = SFTConfig(
-        output_dir=str(output_dir), num_train_epochs=cfg.sft_epochs, learning_rate=cfg.sft_learning_rate,
-        per_device_train_batch_size=cfg.micro_batch_size, max_length=cfg.max_seq_len,
-        max_grad_norm=cfg.max_grad_norm, weight_decay=cfg.weight_decay, seed=cfg.seed,
-        save_strategy="no", report_to=[], logging_steps=1, disable_tqdm=True,
-        use_cpu=policy.device.type == "cpu", bf16=cfg.dtype == "bfloat16" and torch.cuda.is_available(),
-        gradient_checkpointing=cfg.gradient_checkpointing, dataloader_pin_memory=False,
-    )
-    return SFTTrainer(model=policy.model, args=args, train_dataset=data, processing_class=policy.tokenizer)
+
+def plan_batches(samples: list[Sample], batch_size: int, epochs: float, seed: int, *,
+                 pool_batches: int = 8) -> list[list[Sample]]:
+    """The phase's optimizer steps: per epoch the samples shuffled, cut into pools of `pool_batches`
+    batches, each pool sorted by length and cut into batches (similar lengths pad little), the batch order
+    shuffled again. A fractional epoch count ends part-way through the last epoch (as the Trainer does)."""
+    rng = random.Random(f"sft:{seed}")
+    per_epoch = math.ceil(len(samples) / batch_size)
+    total = max(1, math.ceil(epochs * per_epoch))
+    out: list[list[Sample]] = []
+    while len(out) < total:
+        order = list(samples)
+        rng.shuffle(order)
+        pool = batch_size * pool_batches
+        batches = []
+        for i in range(0, len(order), pool):
+            chunk = sorted(order[i: i + pool], key=lambda s: len(s.token_ids))
+            batches += [chunk[j: j + batch_size] for j in range(0, len(chunk), batch_size)]
+        rng.shuffle(batches)
+        out += batches
+    return out[:total]
+
+
+def forward_chunks(batch: list[Sample], max_tokens: int, max_len: int) -> list[list[Sample]]:
+    """The step's forward passes: consecutive samples (the batch is sorted by length within its pool) while
+    the padded size stays within `max_tokens` (a single sample always gets its own pass)."""
+    chunks: list[list[Sample]] = []
+    current: list[Sample] = []
+    for s in sorted(batch, key=lambda s: len(s.token_ids)):
+        longest = max([min(len(x.token_ids), max_len) for x in current + [s]])
+        if current and longest * (len(current) + 1) > max_tokens:
+            chunks.append(current)
+            current = []
+        current.append(s)
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def shared_prefix_length(samples: list[Sample], max_len: int) -> int:
+    """Tokens every sample starts with and none trains on or predicts from (0 when not worth sharing)."""
+    if len(samples) < 2:
+        return 0
+    ids = [s.token_ids[:max_len] for s in samples]
+    common = 0
+    for column in zip(*ids, strict=False):
+        if any(t != column[0] for t in column):
+            break
+        common += 1
+    # a trained token at j is predicted from the hidden state at j-1, which must come from the suffix pass
+    first = min((trained_positions(s, max_len) or [max_len])[0] for s in samples)
+    shared = min(common, first - 1)
+    return shared if shared >= MIN_SHARED_PREFIX else 0
+
+
+def shared_prefix_nll(model: Any, samples: list[Sample], *, max_len: int, pad_id: int) -> tuple[Any, int]:
+    """(summed NLL of the samples' trained tokens, their count): one forward over the shared prefix, its
+    key/value cache repeated for every sample, one forward over the right-padded suffixes. Exact: the
+    prefix is part of the graph, so the gradient is that of running every full sequence."""
+    import torch
+    from transformers import DynamicCache
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    decoder, head = base.get_decoder(), base.get_output_embeddings()
+    device = next(model.parameters()).device
+    # gradient checkpointing drops a cache in training mode: run the whole sequences then
+    prefix = 0 if getattr(base, "is_gradient_checkpointing", False) else shared_prefix_length(samples, max_len)
+    ids = [s.token_ids[:max_len] for s in samples]
+    width = max(len(t) for t in ids) - prefix
+    suffix = torch.full((len(samples), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(samples), prefix + width), dtype=torch.long)
+    rows, cols, labels = [], [], []
+    for i, (s, t) in enumerate(zip(samples, ids, strict=True)):
+        suffix[i, : len(t) - prefix] = torch.tensor(t[prefix:])
+        attention[i, : len(t)] = 1
+        for j in trained_positions(s, max_len):
+            rows.append(i)
+            cols.append(j - 1 - prefix)  # the hidden state that predicts token j
+            labels.append(t[j])
+    if not labels:
+        return torch.zeros((), device=device), 0
+    cache = None
+    if prefix:
+        cache = DynamicCache(config=base.config)
+        decoder(input_ids=torch.tensor([ids[0][:prefix]], device=device), past_key_values=cache, use_cache=True)
+        cache.batch_repeat_interleave(len(samples))
+    hidden = decoder(input_ids=suffix.to(device), attention_mask=attention.to(device), past_key_values=cache,
+                     use_cache=cache is not None).last_hidden_state
+    picked = hidden[torch.tensor(rows, device=device), torch.tensor(cols, device=device)]
+    logits = head(picked).float()
+    nll = torch.nn.functional.cross_entropy(logits, torch.tensor(labels, device=device), reduction="sum")
+    return nll, len(labels)
 
 
 def sft(policy: Any, samples: list[Sample]) -> dict[str, float]:
-    """Train `policy` in place on `samples`; returns loss, steps and trained tokens."""
+    """Train `policy` (a `PolicyTrainer`) in place on `samples`; returns loss, steps and trained tokens."""
+    cfg = policy.cfg
+    samples = [s for s in samples if trained_positions(s, cfg.max_seq_len)]
     if not samples:
         return {"sft_loss": 0.0, "sft_steps": 0, "sft_tokens": 0}
-    with tempfile.TemporaryDirectory(prefix="appliance-sft-") as tmp:
-        trainer = build_sft_trainer(policy, samples, Path(tmp))
-        result = trainer.train()
-    return {"sft_loss": float(result.training_loss), "sft_steps": int(result.global_step),
-            "sft_tokens": sum(sum(s.mask[1: policy.cfg.max_seq_len]) for s in samples)}
+    import torch
+
+    from appliance.training.distributed import all_reduce_grads
+
+    model = policy.model
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.sft_learning_rate, weight_decay=cfg.weight_decay)
+    batches = plan_batches(samples, cfg.sft_batch_size, cfg.sft_epochs, cfg.seed)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - step / len(batches))
+    rank, world = getattr(policy, "rank", 0), getattr(policy, "world", 1)
+    max_tokens = cfg.micro_batch_size * cfg.max_seq_len
+    model.train()
+    losses, tokens = [], 0
+    for batch in batches:
+        step_tokens = sum(len(trained_positions(s, cfg.max_seq_len)) for s in batch)
+        optimizer.zero_grad(set_to_none=True)
+        step_loss = 0.0
+        for chunk in forward_chunks(batch[rank::world], max_tokens, cfg.max_seq_len):
+            nll, _ = shared_prefix_nll(model, chunk, max_len=cfg.max_seq_len, pad_id=policy.pad_id)
+            loss = nll / step_tokens
+            loss.backward()
+            step_loss += float(loss.detach())
+        if world > 1:
+            all_reduce_grads(params)
+            from appliance.training.distributed import gather_partials
+
+            step_loss = sum(p["loss"] for p in gather_partials({"loss": step_loss}))
+        torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+        optimizer.step()
+        schedule.step()
+        losses.append(step_loss)
+        tokens += step_tokens
+    optimizer.zero_grad(set_to_none=True)
+    return {"sft_loss": sum(losses) / len(losses), "sft_steps": len(batches), "sft_tokens": tokens}

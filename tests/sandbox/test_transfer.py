@@ -110,3 +110,19 @@ def test_prepare_restores_protected_files_over_whatever_stands_in_their_way() ->
     assert "json.py" in names and "csv/data.csv" in names  # a task's own file and a plain data dir stay
     assert sorted(tampered) == ["re.py (module shadowing the standard library)", "tests/check.py",
                                 "unittest (module shadowing the standard library)"]
+
+
+def test_a_last_file_ending_in_zero_bytes_survives_the_compaction() -> None:
+    # an uncompressed .tar in the workspace ends in kilobytes of zero blocks: they are its data, not padding
+    inner = io.BytesIO()
+    with tarfile.open(fileobj=inner, mode="w") as tar:
+        info = tarfile.TarInfo("x.txt")
+        info.size = 3
+        tar.addfile(info, io.BytesIO(b"abc"))
+    files = {"a.txt": b"text\n", "z/backup.tar": inner.getvalue(), "zz/zeros.bin": b"\0" * 3000}
+    data = transfer.pack_files(files)
+    for name, content in files.items():
+        assert transfer.read_member(data, name) == content
+    restored, _ = transfer.overlay(data, {"a.txt": "text\n"})
+    assert transfer.read_member(restored, "zz/zeros.bin") == b"\0" * 3000
+    assert len(transfer.pack_files({"a.txt": "x"})) == 512 + 512 + 1024  # still no 10 KiB record padding

@@ -1,0 +1,124 @@
+"""Benchmark the warm-start SFT of the first LEARN phase on the CPU: seconds per demonstration and epoch, where
+they go, and what the phase does to the loss on demonstrations it did not train on.
+
+    scripts/bench warmstart [--per 2] [--levels 2 3 4] [--epochs 1] [--val-per 1] [--profile N] [--set K=V ...]
+
+Demonstrations: `--per` training tasks per family and level, synthesized by the families (train split) and
+rendered exactly as `appliance.demonstrations` renders a reference run (system prompt, `Task: ...`, the
+solution in a ```bash block, the observation, `DONE`), tokenized with the bundled model's chat template.
+No sandbox runs: the observation is the harness's line for a silent success ("exit code 0 (no output)"),
+which is what most reference solutions print, so the sequence lengths are the real ones within a few tokens.
+
+What is printed (JSON): the trainer's settings that matter (micro-batch, LoRA rank, threads), the phase's
+wall seconds and seconds per sample-epoch, optimizer steps, and the mean NLL per assistant token of
+`--val-per` other tasks per family and level (same families and levels, other tasks: never the held-out
+set) before and after the phase. `--profile N` instead runs N samples of the phase under torch's profiler
+and prints the top operators by self CPU time. `--set training.KEY=VALUE` changes a training setting.
+
+Run it under `flock /tmp/appliance-heavy.lock` on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from appliance.config import load_settings  # noqa: E402
+from appliance.schemas import Demonstration, Sample  # noqa: E402
+
+SILENT_SUCCESS = "exit code 0 (no output)"
+
+
+def demo_samples(model_path: Path, per: int, levels: list[int], seed: str) -> list[Sample]:
+    from appliance.demonstrations import FINISH, chat_tokenizer, command_block, digest
+    from appliance.harness.builtin import first_messages
+    from appliance.tasks.families import FAMILIES, synthesize
+
+    tokenize = chat_tokenizer(model_path)
+    out = []
+    for family in FAMILIES:
+        for level in levels:
+            for spec in synthesize(family, level, per, seed=seed):
+                messages = first_messages(spec.instruction) + [
+                    {"role": "assistant", "content": command_block(spec.solution)},
+                    {"role": "user", "content": f"Output: {SILENT_SUCCESS}"},
+                    {"role": "assistant", "content": FINISH}]
+                ids, mask = tokenize(messages)
+                out.append(Demonstration(None, spec.id, family, level, "reference", messages, ids, mask,
+                                         digest(messages)).to_sample())
+    return out
+
+
+def nll(trainer, samples: list[Sample]) -> float:
+    """Mean negative log-likelihood per assistant token (the SFT loss, without training)."""
+    total, n = 0.0, 0
+    for s, lps in zip(samples, trainer.logps(samples), strict=True):
+        for j, m in enumerate(s.mask[1:], start=1):
+            if m:
+                total -= lps[j]
+                n += 1
+    return total / max(n, 1)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--per", type=int, default=2, help="training demonstrations per family and level")
+    p.add_argument("--levels", type=int, nargs="+", default=[2, 3, 4])
+    p.add_argument("--epochs", type=float, default=1.0, help="SFT epochs of the measured phase")
+    p.add_argument("--val-per", type=int, default=1, help="validation demonstrations per family and level")
+    p.add_argument("--profile", type=int, default=0, metavar="N", help="profile N samples instead of timing")
+    p.add_argument("--set", action="append", default=[], metavar="training.KEY=VALUE")
+    args = p.parse_args()
+
+    import torch
+
+    from appliance.training.sft import sft
+    from appliance.training.trainer import PolicyTrainer
+
+    settings = load_settings(environ={"APPLIANCE_HOME": "/tmp/appliance-bench-warmstart"})
+    settings.engine.model = load_settings().model_path
+    settings.training.sft_epochs = args.epochs
+    for kv in args.set:
+        key, _, value = kv.partition("=")
+        section, _, name = key.partition(".")
+        field = type(getattr(settings, section)).model_fields[name]
+        setattr(getattr(settings, section), name, json.loads(value) if field.annotation is not str else value)
+    train = demo_samples(settings.model_path, args.per, args.levels, "bench:warmstart:train")
+    val_ids = {s.rollout_id for s in train}
+    val = [s for s in demo_samples(settings.model_path, args.val_per, args.levels, "bench:warmstart:val")
+           if s.rollout_id not in val_ids]
+    trainer = PolicyTrainer(settings.training, settings.model_path)
+    cfg = trainer.cfg
+    info = {"samples": len(train), "tokens_mean": round(sum(len(s.token_ids) for s in train) / len(train), 1),
+            "trained_tokens_mean": round(sum(sum(s.mask) for s in train) / len(train), 1),
+            "micro_batch_size": cfg.micro_batch_size, "lora_rank": cfg.lora_rank, "full_finetune": cfg.full_finetune,
+            "dtype": cfg.dtype, "torch_threads": torch.get_num_threads(), "epochs": args.epochs}
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            t0 = time.perf_counter()
+            sft(trainer, train[: args.profile])
+            wall = time.perf_counter() - t0
+        print(json.dumps({**info, "profiled_samples": args.profile, "wall_s": round(wall, 2)}))
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
+        return
+    before = nll(trainer, val)
+    t0 = time.perf_counter()
+    metrics = sft(trainer, train)
+    wall = time.perf_counter() - t0
+    after = nll(trainer, val)
+    print(json.dumps({**info, "wall_s": round(wall, 1), "s_per_sample_epoch": round(wall / (len(train) * args.epochs), 3),
+                      "sft_steps": metrics["sft_steps"], "sft_loss": round(metrics["sft_loss"], 4),
+                      "val_samples": len(val), "val_nll_before": round(before, 4), "val_nll_after": round(after, 4),
+                      "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
