@@ -24,16 +24,17 @@ def test_report_counts_pass_rates_modes_trend_and_regressions(store: Store) -> N
     store.set_eval("r", 1, 1, "text", 1, 10, 1)
 
     calls = []
-    report, md = build_report(store, "r", 1, generate_text=lambda p: calls.append(p) or "I am weak at text.")
+    report, md = build_report(store, "r", 1, generate_text=lambda p: calls.append(p) or "I am weak at files.")
     assert report["heldout_pass_at_1"] == 8 / 20
     assert [t["pass_at_1"] for t in report["trend"]] == [7 / 20, 8 / 20]
     assert report["train"]["files"]["1"] == {"n": 3, "passed": 1, "pass_rate": 1 / 3}  # infra excluded
     assert report["failure_modes"] == {"wrong_answer": 1, "turn_limit": 1, "infra:sandbox": 1}
     assert report["infra_error_rate"] == 0.25
     assert report["regressions"] == [{"family": "text", "difficulty": 1, "before": 0.2, "after": 0.1}]
-    assert report["weak_families"][0] == "text"
+    # practice alone ranks the families: text's poor held-out cells never steer the curriculum
+    assert report["weak_families"] == ["files"] and report["family_pass_rate"] == {"files": 1 / 3}
     assert report["band"] == {"files": {"learnable": 1}}
-    assert report["analysis"] == "I am weak at text." and "text" in calls[0]
+    assert report["analysis"] == "I am weak at files." and "files" in calls[0]
     assert "Held-out pass@1:** 40.0%" in md and "| files | 7/10 |" in md
 
 

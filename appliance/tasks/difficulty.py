@@ -20,12 +20,15 @@ CONTROL_BAND = (0.0, 0.8)
 MIN_EVIDENCE = 4  # rollouts at a level before its pass rate moves the level
 
 
+# Every decision below reads practice evidence only, never the held-out evaluation: a curriculum steered by
+# the held-out set would be tuned to it, and the held-out curve would stop measuring transfer.
+
+
 def _cell(report: dict[str, Any], family: str, level: int) -> tuple[int, int]:
-    """(n, passed) of a family at a level, training rollouts first, the held-out eval as fallback."""
-    for key in ("train", "heldout"):
-        cell = (report.get(key) or {}).get(family, {}).get(str(level))
-        if cell and cell.get("n"):
-            return int(cell["n"]), int(cell.get("passed", round(cell.get("pass_rate", 0) * cell["n"])))
+    """(n, passed) of a family's practice rollouts at a level."""
+    cell = (report.get("train") or {}).get(family, {}).get(str(level))
+    if cell and cell.get("n"):
+        return int(cell["n"]), int(cell.get("passed", round(cell.get("pass_rate", 0) * cell["n"])))
     return 0, 0
 
 
@@ -68,17 +71,16 @@ def expected_variance(passed: float, n: float, *, prior: tuple[float, float] = (
 
 
 def _family_evidence(report: dict[str, Any], family: str, level: int | None) -> tuple[float, float]:
-    """(passed, n) behind a family's weight: the cell at `level` when the round's level is known (training
-    rollouts first, the held-out eval as fallback; a level never tried has none), otherwise the family's
+    """(passed, n) behind a family's weight: the practice cell at `level` when the round's level is known (a
+    level never tried has none), otherwise the family's
     rollouts at every level, or its bare pass rate counted as MIN_EVIDENCE rollouts."""
     if level is not None:
         n, passed = _cell(report, family, level)
         return float(passed), float(n)
-    for key in ("train", "heldout"):
-        cells = [c for c in ((report.get(key) or {}).get(family) or {}).values() if c and c.get("n")]
-        if cells:
-            return (float(sum(c.get("passed", c.get("pass_rate", 0) * c["n"]) for c in cells)),
-                    float(sum(c["n"] for c in cells)))
+    cells = [c for c in ((report.get("train") or {}).get(family) or {}).values() if c and c.get("n")]
+    if cells:
+        return (float(sum(c.get("passed", c.get("pass_rate", 0) * c["n"]) for c in cells)),
+                float(sum(c["n"] for c in cells)))
     rate = (report.get("family_pass_rate") or {}).get(family)
     return (float(rate) * MIN_EVIDENCE, float(MIN_EVIDENCE)) if rate is not None else (0.0, 0.0)
 
@@ -183,9 +185,6 @@ def decide(reports: list[dict[str, Any]], current: dict[str, int], mastered: dic
         floor = mastered.get(family, 0)
         n, passed = pooled(recent, family, level)
         source = "practice"
-        if not n:  # the baseline (iteration 0) has only the held-out evaluation
-            n, passed = pooled(recent, family, level, "heldout")
-            source = "held-out"
         low, high = wilson(passed, n)
         band = _band(recent, family, level)
         all_easy = band.get("too_easy", 0) >= 3 and not band.get("learnable") and not band.get("too_hard")

@@ -26,7 +26,7 @@ def test_levels_move_one_step_on_evidence() -> None:
         "text": 1,  # everything fails
         "data": 3,  # inside the band
         "git": 1,  # too little evidence
-        "pipeline": 5,  # the held-out eval is the fallback evidence
+        "pipeline": 4,  # held-out results are never evidence: nothing practised at L4 yet
         "script": 3,  # every validated task too easy
         "pyfix": 1,  # already at the bottom
         "replace": 3,  # still has learnable tasks
@@ -116,14 +116,14 @@ def test_never_demoted_below_a_mastered_level_and_the_reason_says_why() -> None:
         "stays at L1: too little evidence")
 
 
-def test_per_level_band_counts_and_heldout_fallback_for_iteration_0() -> None:
+def test_per_level_band_counts_and_the_heldout_eval_is_never_evidence() -> None:
     easy = train(2, {}, {"git": {"3": {"too_easy": 3}}})
     assert decide([easy], {"git": 3}, {"git": 2})["git"].level == 4
     mixed = train(2, {}, {"git": {"3": {"too_easy": 3, "learnable": 1}}})
     assert decide([mixed], {"git": 3}, {"git": 2})["git"].level == 3
     baseline = {"iteration": 0, "heldout": {"data": {"1": cell(8, 8)}}}
     d = decide([baseline], {"data": 1}, {})["data"]
-    assert d.level == 2 and "held-out" in d.reason and "iteration 0" in d.reason
+    assert d.level == 1 and d.n == 0 and "too little evidence" in d.reason and "iteration 0" in d.reason
 
 
 def test_round_is_sized_to_the_families_with_a_level_mix() -> None:
