@@ -55,6 +55,22 @@ class ControlError(ApplianceError):
     """A control request that cannot be made, was refused by the loop, or that no loop answered."""
 
 
+class TaskFormatError(ApplianceError):
+    """A task file or directory does not follow the task format."""
+
+
+class TrainingError(ApplianceError):
+    """The trainer could not load the policy, a checkpoint, or train on the samples it was given."""
+
+
+class WorkerError(ApplianceError):
+    """The multi-process trainer's workers failed (non-zero exit) or left no result."""
+
+
+class ExportError(ApplianceError):
+    """The version cannot be exported to this destination."""
+
+
 class Interrupted(Exception):
     """The appliance is shutting down (SIGTERM, Ctrl-C): the phase in flight stops without a result.
 

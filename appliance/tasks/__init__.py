@@ -22,7 +22,8 @@ verifier in a new sandbox over a copy of the final workspace, with protected fil
 (and any change to them recorded as tampering).
 """
 
-from appliance.tasks.format import FORMAT_VERSION, Limits, TaskFormatError, TaskSpec, load_task, write_task
+from appliance.errors import TaskFormatError
+from appliance.tasks.format import FORMAT_VERSION, Limits, TaskSpec, load_task, write_task
 from appliance.tasks.pool import dedupe, fingerprint
 from appliance.tasks.validate import (
     REASONS, Stage, Validation, VerifyResult, validate_agent_free, verify_workspace,

@@ -20,7 +20,7 @@ from typing import Any
 
 import tomli_w
 
-from appliance.errors import ApplianceError
+from appliance.errors import TaskFormatError  # defined in errors.py; importable from here as before
 
 FORMAT_VERSION = 1
 SOURCES = ("procedural", "self_proposed", "user")
@@ -30,10 +30,6 @@ TASK_FILE = "task.toml"
 # an agent gets at most this many turns (nan, inf and 1e12 would hold a sandbox for its whole lifetime).
 MAX_TIMEOUT_S = 3600.0
 MAX_TURNS = 200
-
-
-class TaskFormatError(ApplianceError):
-    """A task file or directory does not follow the task format."""
 
 
 @dataclass(slots=True)

@@ -40,10 +40,10 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from appliance.config import Settings
-from appliance.errors import ApplianceError, NotFoundError, SandboxError
+from appliance.errors import ApplianceError, NotFoundError, SandboxError, TaskFormatError
 from appliance.sandbox.transfer import members, overlay, pack_dir, pack_files, shell_get, shell_put, without
 from appliance.schemas import Split, Task, TaskStatus
-from appliance.tasks.format import TaskFormatError, TaskSpec
+from appliance.tasks.format import TaskSpec
 from appliance.tasks.pool import fingerprint
 
 VERIFY_TIMEOUT_S = 60.0

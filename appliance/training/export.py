@@ -24,17 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from appliance import lineage
-from appliance.errors import ApplianceError, NotFoundError
+from appliance.errors import ExportError, NotFoundError  # ExportError importable from here as before
 from appliance.store import Store
 
 TOKENIZER_GLOBS = ("tokenizer*", "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt",
                    "chat_template*")
 SKIP = {"trainer"}  # a checkpoint's optimizer state: the trainer's, not the model's
 MARGIN_BYTES = 64 << 20
-
-
-class ExportError(ApplianceError):
-    """The version cannot be exported to this destination."""
 
 
 @dataclass

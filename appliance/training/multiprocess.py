@@ -37,16 +37,12 @@ from pathlib import Path
 from typing import Any
 
 from appliance.config import Settings, TrainingSettings
-from appliance.errors import ApplianceError
+from appliance.errors import ApplianceError, WorkerError  # WorkerError importable from here as before
 from appliance.schemas import Sample
 from appliance.training.advantages import GroupedBatch
 
 WORKER = ("appliance.training.worker",)  # `-m` module and arguments before the job file
 LOG_TAIL_LINES = 30
-
-
-class WorkerError(ApplianceError):
-    """The multi-process trainer's workers failed (non-zero exit) or left no result."""
 
 
 @dataclass

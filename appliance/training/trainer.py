@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from appliance.config import TrainingSettings
-from appliance.errors import ApplianceError
+from appliance.errors import TrainingError  # defined in errors.py; importable from here as before
 from appliance.schemas import Sample
 from appliance.training.advantages import GroupedBatch
 from appliance.training.credit import TurnId
@@ -45,10 +45,6 @@ from appliance.training.loss import (
 from appliance.trajectories import truncation
 
 OPTIMIZER_FILE = "trainer/optimizer.pt"
-
-
-class TrainingError(ApplianceError):
-    """The trainer could not load the policy, a checkpoint, or train on the samples it was given."""
 
 
 def pick_device() -> torch.device:
