@@ -4,8 +4,8 @@ JSON drives the next round (weak families, difficulty moves); Markdown is for pe
 is written by the policy itself through a `generate_text` callable (no external model); without one the
 report says so instead of inventing text.
 
-Failure modes come from the rollout's outcome and the reason recorded with it (`rollouts.error` is
-"<mode>: detail", e.g. "turn_limit: 8 turns", "infra: sandbox died").
+Failure modes come from the rollout's outcome and the reason recorded with it (`rollouts.error`, read
+with `schemas.FailureMode.read`); an infra error is counted by the first word of its cause.
 """
 
 from __future__ import annotations
@@ -15,23 +15,26 @@ from collections.abc import Callable
 from typing import Any
 
 from appliance.lineage import describe_version, start_label
-from appliance.schemas import Outcome, Rollout, TaskStatus
+from appliance.schemas import FailureMode, Outcome, Rollout, TaskStatus
 from appliance.store import Store
 
-FAILURE_MODES = ("wrong_answer", "format_error", "turn_limit", "token_limit", "timeout", "context_overflow")
+# read as their outcome's default, as before the modes were typed: infra on a rollout that is no infra error
+# (nothing writes that), and verifier_timeout (practice writes it; the report has never counted it)
+UNCOUNTED = (FailureMode.INFRA, FailureMode.VERIFIER_TIMEOUT)
 
 
 def failure_mode(rollout: Rollout) -> str | None:
-    """The failure mode of a finished rollout; None for a success."""
+    """The failure mode of a finished rollout; None for a success. An infra error is "infra:<first word of
+    its cause>" (e.g. "infra:sandbox"); a rollout whose error names no mode gets its outcome's default."""
     if rollout.outcome == Outcome.SUCCESS:
         return None
-    reason = (rollout.error or "").split(":", 1)[0].strip()
+    mode, detail = FailureMode.read(rollout.error)
     if rollout.outcome == Outcome.INFRA_ERROR:
-        cause = (rollout.error or "unknown").split(":", 1)
-        return "infra:" + (cause[1].strip().split()[0] if len(cause) > 1 and cause[1].strip() else cause[0] or "unknown")
-    if reason in FAILURE_MODES:
-        return reason
-    return "turn_limit" if rollout.outcome == Outcome.TRUNCATED else "wrong_answer"
+        words = detail.split()  # the cause; all of the text when it names no mode (practice always names one)
+        return f"{FailureMode.INFRA.value}:{words[0] if words else 'unknown'}"
+    if mode is not None and mode not in UNCOUNTED:
+        return mode.value
+    return (FailureMode.TURN_LIMIT if rollout.outcome == Outcome.TRUNCATED else FailureMode.WRONG_ANSWER).value
 
 
 def _cells(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:

@@ -36,15 +36,15 @@ from appliance.harness.builtin import run_builtin
 from appliance.harness.external import harness_image, harness_settings, run_external
 from appliance.proxy import register_route
 from appliance.sandbox import ModelDoor, SandboxPool
-from appliance.schemas import ModelCall, Outcome, Rollout, RolloutStatus, Sample
+from appliance.schemas import FailureMode, ModelCall, Outcome, Rollout, RolloutStatus, Sample
 from appliance.store import Store
 from appliance.tasks import TaskSpec, verify_workspace
 from appliance.tasks.validate import write_workspace
 from appliance.trajectories import TrajectoryReport, build_samples
 
 BUILTIN = "builtin"
-TRUNCATING = {EndReason.TURN_LIMIT: "turn_limit", EndReason.TOKEN_LIMIT: "token_limit",
-              EndReason.CONTEXT_OVERFLOW: "context_overflow", EndReason.TIME_LIMIT: "timeout"}
+TRUNCATING = {EndReason.TURN_LIMIT: FailureMode.TURN_LIMIT, EndReason.TOKEN_LIMIT: FailureMode.TOKEN_LIMIT,
+              EndReason.CONTEXT_OVERFLOW: FailureMode.CONTEXT_OVERFLOW, EndReason.TIME_LIMIT: FailureMode.TIMEOUT}
 
 
 @dataclass
@@ -107,7 +107,7 @@ def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> Rollout
     episode: Episode | None = None
     verifier_output, tampered, turns = "", [], 0
     reason: str | None
-    outcome, reward, reason = Outcome.INFRA_ERROR, 0.0, "infra: rollout did not finish"
+    outcome, reward, reason = Outcome.INFRA_ERROR, 0.0, FailureMode.INFRA.reason("rollout did not finish")
     try:
         write_workspace(spec, workspace)
         image = practice.image_for(rollout.harness)
@@ -140,20 +140,21 @@ def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> Rollout
         if verdict.passed:
             outcome, reward, reason = Outcome.SUCCESS, float(verdict.score if verdict.score is not None else 1.0), None
         elif episode.end_reason in TRUNCATING:
-            outcome, reason = Outcome.TRUNCATED, f"{TRUNCATING[episode.end_reason]}: after {turns} turns"
+            outcome, reason = Outcome.TRUNCATED, TRUNCATING[episode.end_reason].reason(f"after {turns} turns")
         else:
-            mode = "format_error" if episode.commands == 0 and episode.parse_errors > 0 else "wrong_answer"
+            mode = (FailureMode.FORMAT_ERROR if episode.commands == 0 and episode.parse_errors > 0
+                    else FailureMode.WRONG_ANSWER)
             if verdict.timed_out:  # validation showed the verifier finishes; what the agent left made it hang
-                mode = "verifier_timeout"
-            outcome, reason = Outcome.FAILURE, f"{mode}: verifier failed"
+                mode = FailureMode.VERIFIER_TIMEOUT
+            outcome, reason = Outcome.FAILURE, mode.reason("verifier failed")
         if not verdict.passed and verdict.score:
             reward = float(verdict.score)
         if tampered:
             reason = f"{reason or 'success'}; tampered with {', '.join(tampered)}"
     except _Infra as e:
-        reason = f"infra: {e}"
+        reason = FailureMode.INFRA.reason(str(e))
     except ApplianceError as e:  # sandbox, engine or set-up failures are the machine's, not the policy's
-        reason = f"infra: {type(e).__name__}: {e.message}"
+        reason = FailureMode.INFRA.reason(f"{type(e).__name__}: {e.message}")
     finally:
         shutil.rmtree(workspace, ignore_errors=True)
     if outcome == Outcome.INFRA_ERROR and practice.stopping.is_set():
@@ -167,7 +168,7 @@ def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> Rollout
             samples, trajectory = build_samples(store.model_calls(rollout.id), rollout_id=rollout.id,
                                                 group_id=rollout.group_id, reward=reward)
         except TrajectoryError as e:  # the recorded calls do not fit together: nothing trustworthy to train
-            outcome, reward, reason = Outcome.INFRA_ERROR, 0.0, f"infra: trajectory: {e.message}"
+            outcome, reward, reason = Outcome.INFRA_ERROR, 0.0, FailureMode.INFRA.reason(f"trajectory: {e.message}")
     store.finish_rollout(rollout.id, outcome, reward, error=reason, turns=turns, samples=samples)
     return RolloutResult(store.get_rollout(rollout.id), episode.as_dict() if episode else None, verifier_output,
                          trajectory, tampered)

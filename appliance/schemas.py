@@ -71,6 +71,34 @@ class Outcome(StrEnum):
     INFRA_ERROR = "infra_error"  # the machine's doing: excluded from loss and baseline
 
 
+class FailureMode(StrEnum):
+    """Why a finished rollout did not succeed. `rollouts.error` stores it as "<mode>: <detail>" (e.g.
+    "turn_limit: after 8 turns", "infra: sandbox died"): `reason` writes that text, `read` reads it back,
+    so no module parses the text itself. The values are the stored text: old stores read the same."""
+
+    WRONG_ANSWER = "wrong_answer"  # Outcome.FAILURE: the verifier failed the workspace
+    FORMAT_ERROR = "format_error"  # Outcome.FAILURE: no command ran, every reply failed to parse
+    VERIFIER_TIMEOUT = "verifier_timeout"  # Outcome.FAILURE: what the agent left made the verifier hang
+    TURN_LIMIT = "turn_limit"  # Outcome.TRUNCATED, as are the next three
+    TOKEN_LIMIT = "token_limit"
+    TIMEOUT = "timeout"  # the harness's wall-time limit
+    CONTEXT_OVERFLOW = "context_overflow"
+    INFRA = "infra"  # Outcome.INFRA_ERROR: the detail is the machine's cause
+
+    def reason(self, detail: str) -> str:
+        """The text stored in `rollouts.error` for this mode."""
+        return f"{self.value}: {detail}"
+
+    @classmethod
+    def read(cls, error: str | None) -> tuple[FailureMode | None, str]:
+        """A stored `rollouts.error` read back: the mode it starts with and the detail after "<mode>:";
+        (None, the whole text) when it starts with no mode (a success's tampering note, no error)."""
+        head, _, detail = (error or "").partition(":")
+        if head.strip() in cls._value2member_map_:
+            return cls(head.strip()), detail.strip()
+        return None, (error or "").strip()
+
+
 class EngineState(StrEnum):
     STOPPED = "stopped"
     STARTING = "starting"

@@ -1,5 +1,7 @@
+import pytest
+
 from appliance.diagnosis import build_report, failure_mode
-from appliance.schemas import Outcome, Rollout, RolloutStatus, Split, Task, TaskStatus
+from appliance.schemas import FailureMode, Outcome, Rollout, RolloutStatus, Split, Task, TaskStatus
 from appliance.store import Store
 
 
@@ -54,6 +56,32 @@ def test_failure_mode_defaults() -> None:
     assert failure_mode(r) == "turn_limit"
     r.outcome = Outcome.SUCCESS
     assert failure_mode(r) is None
+
+
+@pytest.mark.parametrize(("outcome", "error", "mode"), [
+    (Outcome.FAILURE, FailureMode.WRONG_ANSWER.reason("verifier failed"), "wrong_answer"),
+    (Outcome.FAILURE, "format_error: verifier failed; tampered with a.txt", "format_error"),
+    (Outcome.FAILURE, "verifier_timeout: verifier failed", "wrong_answer"),  # not counted, as before
+    (Outcome.FAILURE, None, "wrong_answer"),
+    (Outcome.TRUNCATED, "token_limit: after 3 turns", "token_limit"),
+    (Outcome.TRUNCATED, "context_overflow", "context_overflow"),
+    (Outcome.TRUNCATED, "something else: x", "turn_limit"),
+    (Outcome.INFRA_ERROR, "infra: SandboxError: podman died", "infra:SandboxError:"),
+    (Outcome.INFRA_ERROR, "infra: trajectory: calls do not chain", "infra:trajectory:"),
+    (Outcome.INFRA_ERROR, None, "infra:unknown"),
+    (Outcome.SUCCESS, "success; tampered with a.txt", None),
+])
+def test_failure_mode_reads_what_practice_writes(outcome: Outcome, error: str | None, mode: str | None) -> None:
+    r = Rollout("x", None, None, None, 0, "h", 0, RolloutStatus.FINISHED, outcome=outcome, error=error)
+    assert failure_mode(r) == mode
+
+
+def test_failure_mode_text_round_trips() -> None:
+    for mode in FailureMode:
+        assert FailureMode.read(mode.reason("a: b")) == (mode, "a: b")
+    assert FailureMode.reason(FailureMode.TURN_LIMIT, "after 8 turns") == "turn_limit: after 8 turns"  # stored text
+    assert FailureMode.read("success; tampered with x") == (None, "success; tampered with x")
+    assert FailureMode.read(None) == (None, "")
 
 
 def test_capability_is_computed_per_operation_and_the_analysis_is_gated(store: Store) -> None:
