@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -347,36 +346,12 @@ class Loop:
         proposed = [t for t in heldout if t.status == TaskStatus.PROPOSED]
         if proposed:
             self._validate(proposed)
-        if self.settings.evaluation.samples_per_task > 1 or self.settings.loop.controller == "climb":
-            result = evaluate_heldout(self.store, self.settings, self.run.id, index, self.engine.policy_version,
-                                      harness=self.settings.loop.harness, run_pending=self._run_pending,
-                                      new_rollout=new_rollout)
-            self.event("evaluate", f"iteration {index}: held-out pass@1 {result.describe()} over {result.tasks} "
-                       f"tasks x {result.k} at policy version {self.engine.policy_version}")
-            return
-        tasks = self.store.tasks(self.run.id, split=Split.HELDOUT, status=TaskStatus.VALID)
-        version = self.engine.policy_version
-        work = []
-        for task in tasks:
-            r = new_rollout(self.store, harness=self.settings.loop.harness, policy_version=version,
-                            run_id=self.run.id, task_id=task.id, iteration=index, purpose="eval",
-                            rollout_id=f"{task.id}.eval{index}")
-            work.append((TaskSpec.from_spec(task.spec), r.id))
-        self._run_pending(work)
-        cells: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
-        by_task = {t.id: t for t in tasks}
-        for r in self.store.rollouts(self.run.id, iteration=index, purpose="eval"):
-            evaluated = by_task.get(r.task_id or "")
-            if evaluated is None or r.outcome == Outcome.INFRA_ERROR:
-                continue
-            cell = cells[(evaluated.family, evaluated.difficulty)]
-            cell[0] += 1
-            cell[1] += r.outcome == Outcome.SUCCESS
-        for (family, level), (n, passed) in cells.items():
-            self.store.set_eval(self.run.id, index, version, family, level, n, passed)
-        n, p = sum(c[0] for c in cells.values()), sum(c[1] for c in cells.values())
-        self.store.add_metrics(self.run.id, index, {"heldout_pass@1": p / n if n else 0.0})
-        self.event("evaluate", f"iteration {index}: held-out pass@1 {p}/{n} at policy version {version}")
+        # One rule for held-out pass@1, whatever the controller: `evaluate` samples, budgets and counts it.
+        result = evaluate_heldout(self.store, self.settings, self.run.id, index, self.engine.policy_version,
+                                  harness=self.settings.loop.harness, run_pending=self._run_pending,
+                                  new_rollout=new_rollout)
+        self.event("evaluate", f"iteration {index}: held-out pass@1 {result.describe()} over {result.tasks} "
+                   f"tasks x {result.k} at policy version {self.engine.policy_version}")
 
     def phase_diagnose(self, index: int) -> None:
         previous = self.store.report(self.run.id, index - 1) if index > 0 else None
