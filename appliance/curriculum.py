@@ -62,8 +62,10 @@ def synthesize_round(store: Store, settings: Settings, run_id: str, iteration: i
         # stretch tasks carry a hint where the families have the ladder: the start of the command when
         # nothing passes at the frontier yet, else the tool's name
         stuck = (decisions.get(p.family) or {}).get("passed", 1) == 0
-        hint = {"hint": "partial" if stuck else "tool"} if HINTED else {}
-        for kind, level, count, extra in (("new", p.level, p.new, {}), ("stretch", p.level + 1, p.stretch, hint)):
+        hint: dict[str, Any] = {"hint": "partial" if stuck else "tool"} if HINTED else {}
+        rounds: tuple[tuple[str, int, int, dict[str, Any]], ...] = (
+            ("new", p.level, p.new, {}), ("stretch", p.level + 1, p.stretch, hint))
+        for kind, level, count, extra in rounds:
             for spec in synthesize(p.family, level, count, seed=f"{run_id}:{iteration}:{kind}", exclude=exclude,
                                    **extra):
                 exclude.add(spec.id)
@@ -71,11 +73,11 @@ def synthesize_round(store: Store, settings: Settings, run_id: str, iteration: i
                 made[kind] += store.add_task(Task(f"{run_id}.{spec.id}", run_id, spec.family, spec.difficulty,
                                                   spec.source, Split.TRAIN, TaskStatus.PROPOSED, spec.to_spec()))
         for old in pool.get(p.family, [])[: p.replay]:
-            spec = dict(old.spec, meta={**(old.spec.get("meta") or {}), "iteration": iteration, "round": "replay",
-                                        "replay_of": old.id})
+            replay = dict(old.spec, meta={**(old.spec.get("meta") or {}), "iteration": iteration, "round": "replay",
+                                          "replay_of": old.id})
             copy_id = f"{run_id}.{old.spec['id']}.r{iteration}"
             if store.add_task(Task(copy_id, run_id, old.family, old.difficulty, old.source, Split.TRAIN,
-                                   TaskStatus.PROPOSED, spec)):
+                                   TaskStatus.PROPOSED, replay)):
                 store.add_validation(copy_id, "replay", True, None, {"replay_of": old.id})
                 store.set_task_status(copy_id, TaskStatus.VALID)
                 made["replay"] += 1

@@ -115,7 +115,7 @@ def chat_tokenizer(model_path: Path) -> ChatTokenizer:
     tok = AutoTokenizer.from_pretrained(str(model_path))
 
     def tokenize(messages: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
-        out = tok.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+        out: Any = tok.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
         ids, mask = list(out["input_ids"]), [int(m) for m in out["assistant_masks"]]
         if not any(mask):
             raise ApplianceError("the chat template marks no assistant tokens",
@@ -173,14 +173,14 @@ def demonstrate_tasks(settings: Settings, store: Store, tasks: Iterable[Task], t
             return DemoRun([], False, None, f"{type(e).__name__}: {e}")
 
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as ex:
-        runs = ex.map(run, todo)
-        for task, run in zip(todo, runs, strict=True):
-            if run.error:
+        results = ex.map(run, todo)
+        for task, result in zip(todo, results, strict=True):
+            if result.error:
                 out.infra.append(task.id)
-            elif not run.passed:
+            elif not result.passed:
                 out.failed.append(task.id)
             else:
-                out.added += store.add_demonstration(to_demonstration(run.messages, task, tokenize,
+                out.added += store.add_demonstration(to_demonstration(result.messages, task, tokenize,
                                                                       iteration=iteration))
     return out
 
@@ -192,7 +192,7 @@ def conversation(store: Store, rollout_id: str) -> list[dict[str, Any]] | None:
         return None
     last = calls[-1]
     try:
-        message = last.response["choices"][0]["message"]
+        message = (last.response or {})["choices"][0]["message"]
     except (KeyError, IndexError, TypeError):
         return None
     kept = {"role": "assistant", "content": message.get("content")}
@@ -214,7 +214,7 @@ def unhinted_instruction(task: Task) -> str | None:
 
         split = meta.get("split", "train")
         rng = seed_rng(split, task.family, task.difficulty, meta["seed"], int(meta["index"]))
-        bare = generate(task.family, task.difficulty, rng, split=split, hint=None)  # type: ignore[call-arg]
+        bare = generate(task.family, task.difficulty, rng, split=split, hint=None)
     except (KeyError, TypeError, ValueError, ApplianceError):  # no provenance, or families without hints
         return None
     if bare.instruction == task.spec.get("instruction") or (meta.get("request_id") not in (None, bare.id)):

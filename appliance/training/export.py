@@ -135,6 +135,9 @@ def _point_adapter_at(folder: Path, base: Path) -> None:
 
 def _facts(store: Store, version: int, kind: str) -> dict:
     current = store.current_lineage()
+    if current is None:
+        raise ExportError("this store records no base model, so there is nothing to export",
+                          "start the engine once (`appliance serve` or `appliance run`) so it records its model")
     return {"export": kind, "policy_version": version,
             "base": {k: current[k] for k in ("base_name", "base_path", "model_type", "parameters", "content_hash")},
             "lineage": current["id"],
