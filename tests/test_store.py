@@ -2,6 +2,7 @@ import multiprocessing
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,6 +60,31 @@ def test_a_store_from_another_build_is_refused_untouched(tmp_path: Path) -> None
         Store(path)
     assert "m005_lineage" in e.value.message and "APPLIANCE_HOME" in e.value.hint
     assert Store(path, migrate=False).applied_migrations() == before
+
+
+def _open_store(path: str, start: Any, failures: Any) -> None:
+    start.wait()
+    try:
+        Store(path)
+    except StoreError as e:
+        failures.put(e.message)
+
+
+def test_processes_opening_a_fresh_store_at_once_all_get_it_migrated(tmp_path: Path) -> None:
+    # The shape of a real CI failure: a test opened the store while the run it watched was still creating
+    # it, and one of the two died on "table runs already exists".
+    ctx = multiprocessing.get_context("spawn")
+    start, failures = ctx.Barrier(6), ctx.Queue()
+    for attempt in range(3):
+        path = str(tmp_path / f"fresh-{attempt}.db")
+        procs = [ctx.Process(target=_open_store, args=(path, start, failures)) for _ in range(6)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+        assert all(p.exitcode == 0 for p in procs)
+        assert failures.empty(), failures.get()
+        assert Store(path, migrate=False).applied_migrations() == Store(tmp_path / "ref.db").applied_migrations()
 
 
 def test_run_transitions_are_enforced(store: Store) -> None:

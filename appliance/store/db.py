@@ -8,6 +8,7 @@ the file only through `conn`, `write` and `one`.
 
 from __future__ import annotations
 
+import fcntl
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -73,7 +74,26 @@ class Database:
             self._local.conn = None
 
     def migrate(self, stop_before: str | None = None) -> list[str]:
-        """Apply pending migrations in order; returns the names applied."""
+        """Apply pending migrations in order; returns the names applied.
+
+        Two processes opening a fresh store at once (the loop and a TUI, or a test watching a run) would both
+        see the same migrations pending and the second would fail on "table already exists": migration runs
+        under an exclusive lock on a file beside the store, and reads what is pending only once it holds it.
+        """
+        lock_path = self.path.with_name(self.path.name + ".migrate-lock")
+        try:
+            lock = open(lock_path, "a")  # noqa: SIM115 - closed by the with below
+        except OSError as e:
+            raise StoreError(f"cannot open the store's migration lock {lock_path}: {e}",
+                             "check that APPLIANCE_HOME points to a writable directory") from e
+        with lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                return self._migrate_locked(stop_before)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _migrate_locked(self, stop_before: str | None) -> list[str]:
         db = sqlite_utils.Database(self.conn)
         known = {m.name for m in migrations.pending(sqlite_utils.Database(memory=True))}
         foreign = [m.name for m in migrations.applied(db) if m.name not in known]
