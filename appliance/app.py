@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -53,6 +54,9 @@ def services(settings: Settings, store: Store, log: Callable[[str], None] = prin
         sweep(settings, orphans_only=True)
 
 
+STOP_GRACE_S = 30.0  # how long a clean stop waits for the phase in flight before tearing down under it
+
+
 def run_appliance(settings: Settings, *, iterations: int | None = None, headless: bool = True,
                   log: Callable[[str], None] = print, progress: Callable[[str], None] | None = None) -> str:
     """`appliance run`: start the services, let the scheduler drive the loop until the run ends; returns
@@ -85,6 +89,11 @@ def run_appliance(settings: Settings, *, iterations: int | None = None, headless
                 # first, so that what the teardown breaks under the phase in flight is not recorded
                 svc.practice.stopping.set()
                 sched.shutdown(wait=False)
+                # a phase in flight sees `stopping` at its next step and returns; tearing the engine and the
+                # sandboxes down under it sooner turns its last moments into tracebacks at interpreter exit
+                grace = time.monotonic() + STOP_GRACE_S
+                while scheduler.busy.is_set() and time.monotonic() < grace:
+                    time.sleep(0.2)
             return loop.run.id
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -30,6 +30,7 @@ import hashlib
 import json
 import random
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -150,8 +151,11 @@ class DemoYield:
 
 def demonstrate_tasks(settings: Settings, store: Store, tasks: Iterable[Task], tokenize: ChatTokenizer, *,
                       iteration: int | None = None, start: SandboxStarter | None = None,
-                      parallel: int = 2) -> DemoYield:
-    """Demonstrations of the training tasks that passed validation and have none yet (idempotent)."""
+                      parallel: int = 2, stopping: threading.Event | None = None) -> DemoYield:
+    """Demonstrations of the training tasks that passed validation and have none yet (idempotent).
+
+    Once `stopping` is set no new demonstration starts (a shutdown must not wait minutes for the pool, nor
+    run reference solutions while the sandboxes are being torn down); the missing ones are made next time."""
     done = set()
     todo = []
     for t in tasks:
@@ -166,7 +170,9 @@ def demonstrate_tasks(settings: Settings, store: Store, tasks: Iterable[Task], t
         return out
     # each demonstration is stored as soon as it is made: a pool of hundreds takes minutes, and a stop or a
     # crash part-way must not throw the finished ones away (the next pass makes only the missing ones)
-    def run(task: Task) -> DemoRun:
+    def run(task: Task) -> DemoRun | None:
+        if stopping is not None and stopping.is_set():
+            return None
         try:
             return demonstrate(settings, TaskSpec.from_spec(task.spec), start=start)
         except Exception as e:  # noqa: BLE001 - as in validation: one task's surprise is that task's failure
@@ -175,6 +181,8 @@ def demonstrate_tasks(settings: Settings, store: Store, tasks: Iterable[Task], t
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as ex:
         results = ex.map(run, todo)
         for task, result in zip(todo, results, strict=True):
+            if result is None:
+                continue
             if result.error:
                 out.infra.append(task.id)
             elif not result.passed:
@@ -339,7 +347,8 @@ def warmstart_tasks(settings: Settings, store: Store, run_id: str, families: lis
 
 
 def prepare_demonstrations(settings: Settings, store: Store, run_id: str, iteration: int, tokenize: ChatTokenizer,
-                           families: list[str], *, start: SandboxStarter | None = None) -> DemoYield:
+                           families: list[str], *, start: SandboxStarter | None = None,
+                           stopping: threading.Event | None = None) -> DemoYield:
     """The VALIDATE phase's part: demonstrations of every valid training task of the run that has none yet,
     and, before the first LEARN phase, of the warm-start pool. Idempotent (a crash redoes only what is missing)."""
     if not settings.training.demonstrations:
@@ -348,7 +357,7 @@ def prepare_demonstrations(settings: Settings, store: Store, run_id: str, iterat
     tasks = warmstart_tasks(settings, store, run_id, families, start=start) if not has_checkpoint else store.tasks(
         run_id, split=Split.TRAIN)
     return demonstrate_tasks(settings, store, tasks, tokenize, iteration=iteration, start=start,
-                             parallel=min(2, settings.sandbox.max_concurrent))
+                             parallel=min(2, settings.sandbox.max_concurrent), stopping=stopping)
 
 
 @dataclass

@@ -252,7 +252,8 @@ class Loop:
         self.event("validate", f"iteration {index}: {valid} of {len(pending)} tasks valid")
         if self.settings.training.demonstrations:
             made = prepare_demonstrations(self.settings, self.store, self.run.id, index, self._chat_tokenizer(),
-                                          self.families, start=self.practice.pool.start)
+                                          self.families, start=self.practice.pool.start,
+                                          stopping=self.practice.stopping)
             self._check_stopping("demonstrations")
             self.event("demonstrations", f"iteration {index}: {made.added} new demonstrations", **made.as_dict())
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,34 @@ def test_each_demonstration_is_kept_as_soon_as_it_is_made(store: Store, monkeypa
 
     monkeypatch.setattr(demonstrations, "demonstrate", surprise)  # that task's failure, not the phase's
     assert demonstrate_tasks(settings, store, tasks, char_tokenize).failed == [tasks[1].id]
+
+
+def test_no_demonstration_starts_once_the_appliance_is_stopping(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The shape of a real failure: SIGTERM during the warm-start pool left the pool running reference
+    # solutions while the process tore down, ending in "cannot schedule new futures" tracebacks.
+    from appliance import demonstrations
+
+    specs = synthesize("files", 2, 3, seed="sigterm")
+    tasks = [task_of(s) for s in specs]
+    for t in tasks:
+        store.add_task(t)
+    stopping = threading.Event()
+    started = []
+
+    def run_then_signal(settings, spec, **_):
+        started.append(spec.id)
+        stopping.set()  # SIGTERM arrives while the first one runs
+        return demonstrations.DemoRun([{"role": "assistant", "content": spec.id}], True)
+
+    settings = load_settings(environ={"APPLIANCE_HOME": "/nonexistent"})
+    monkeypatch.setattr(demonstrations, "demonstrate", run_then_signal)
+    made = demonstrate_tasks(settings, store, tasks, char_tokenize, parallel=1, stopping=stopping)
+    assert started == [specs[0].id] and made.added == 1 and not made.failed and not made.infra
+    stopping.clear()  # the next start makes only the missing ones
+    monkeypatch.setattr(demonstrations, "demonstrate", lambda settings, spec, **_: (
+        started.append(spec.id), demonstrations.DemoRun([{"role": "assistant", "content": spec.id}], True))[1])
+    assert demonstrate_tasks(settings, store, tasks, char_tokenize, parallel=1, stopping=stopping).added == 2
+    assert started == [s.id for s in specs]
 
 
 def test_setup_failure_is_the_machines_not_the_tasks(sandbox_settings: Settings) -> None:
