@@ -136,7 +136,7 @@ def band_levels(tasks: Any, iteration: int) -> dict[str, dict[str, dict[str, int
     """Band verdicts of this iteration's tasks per family and level (per iteration, not over the run)."""
     out: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
     for t in tasks:
-        if (t.split == "train" and (t.spec.get("meta") or {}).get("iteration") == iteration
+        if (t.split == "train" and t.iteration == iteration
                 and t.status in (TaskStatus.LEARNABLE, TaskStatus.TOO_EASY, TaskStatus.TOO_HARD)):
             out[t.family][str(t.difficulty)][str(t.status)] += 1
     return {f: {lvl: dict(c) for lvl, c in cells.items()} for f, cells in out.items()}
