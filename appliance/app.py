@@ -1,9 +1,10 @@
 """The appliance process: the services the loop runs on, and `appliance run`'s wiring of loop, scheduler
 and TUI.
 
-`services` starts the engine, the proxy and the sandbox pool (for the loop, or one debug rollout) and stops
-and sweeps them on the way out; `run_appliance` runs a loop over them, driven by the scheduler, with the
-TUI as a window onto the run. The loop itself (`appliance.loop`) knows none of this.
+`engine_and_proxy` starts the engine and the proxy in front of it (all `appliance serve` needs) and stops
+them on the way out; `services` adds the sandbox pool (for the loop, or one debug rollout) and sweeps it;
+`run_appliance` runs a loop over them, driven by the scheduler, with the TUI as a window onto the run. The
+loop itself (`appliance.loop`) knows none of this.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from appliance import scheduler
 from appliance.config import Settings
@@ -23,6 +25,10 @@ from appliance.practice import Practice
 from appliance.schemas import RolloutStatus
 from appliance.store import Store
 
+if TYPE_CHECKING:
+    from appliance.proxy import ProxyServer
+    from appliance.serving import Engine as VllmEngine
+
 
 @dataclass
 class Services:
@@ -31,26 +37,38 @@ class Services:
 
 
 @contextmanager
-def services(settings: Settings, store: Store, log: Callable[[str], None] = print) -> Iterator[Services]:
-    """Engine, proxy and sandbox pool, for the loop or one debug rollout; stopped and swept on the way out."""
+def engine_and_proxy(settings: Settings, store: Store, log: Callable[[str], None] = print,
+                     port: int | None = None) -> Iterator[tuple[VllmEngine, ProxyServer]]:
+    """The engine and the proxy in front of it (`port`: None = proxy.port from the settings); both stopped
+    on the way out, also when the start fails half-way."""
     from appliance.proxy import ProxyServer, create_app
-    from appliance.sandbox import SandboxPool, sweep
     from appliance.serving import Engine as VllmEngine
 
-    pool = SandboxPool(settings)  # removes what a killed appliance left behind
     engine = VllmEngine(settings, store)
     server = None
     try:
-        log(f"starting the engine ({settings.model_path.name}, profile {settings.profile})")
+        log(f"starting the engine on {engine.base_url} ({settings.model_path.name}, profile {settings.profile})")
         engine.start()
-        server = ProxyServer(create_app(store, engine, settings), settings).start()
+        server = ProxyServer(create_app(store, engine, settings), settings, port=port).start()
         log(f"proxy on {server.url}")
-        # learn.EngineControl.load_weights takes kind: str, the engine Literal["lora", "full"] (issue 17)
-        yield Services(engine, Practice(settings, store, server.host, server.port, pool, log))  # type: ignore[arg-type]
+        yield engine, server
     finally:
         if server is not None:
             server.stop()
         engine.stop()
+
+
+@contextmanager
+def services(settings: Settings, store: Store, log: Callable[[str], None] = print) -> Iterator[Services]:
+    """Engine, proxy and sandbox pool, for the loop or one debug rollout; stopped and swept on the way out."""
+    from appliance.sandbox import SandboxPool, sweep
+
+    pool = SandboxPool(settings)  # removes what a killed appliance left behind
+    try:
+        with engine_and_proxy(settings, store, log) as (engine, server):
+            # learn.EngineControl.load_weights takes kind: str, the engine Literal["lora", "full"] (issue 17)
+            yield Services(engine, Practice(settings, store, server.host, server.port, pool, log))  # type: ignore[arg-type]
+    finally:
         sweep(settings, orphans_only=True)
 
 

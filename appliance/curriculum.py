@@ -71,13 +71,14 @@ def synthesize_round(store: Store, settings: Settings, run_id: str, iteration: i
                 exclude.add(spec.id)
                 spec.meta.update(iteration=iteration, round=kind)
                 made[kind] += store.add_task(Task(f"{run_id}.{spec.id}", run_id, spec.family, spec.difficulty,
-                                                  spec.source, Split.TRAIN, TaskStatus.PROPOSED, spec.to_spec()))
+                                                  spec.source, Split.TRAIN, TaskStatus.PROPOSED, spec.to_spec(),
+                                                  iteration=iteration))
         for old in pool.get(p.family, [])[: p.replay]:
             replay = dict(old.spec, meta={**(old.spec.get("meta") or {}), "iteration": iteration, "round": "replay",
                                           "replay_of": old.id})
             copy_id = f"{run_id}.{old.spec['id']}.r{iteration}"
             if store.add_task(Task(copy_id, run_id, old.family, old.difficulty, old.source, Split.TRAIN,
-                                   TaskStatus.PROPOSED, replay)):
+                                   TaskStatus.PROPOSED, replay, iteration=iteration)):
                 store.add_validation(copy_id, "replay", True, None, {"replay_of": old.id})
                 store.set_task_status(copy_id, TaskStatus.VALID)
                 made["replay"] += 1
@@ -89,5 +90,6 @@ def synthesize_round(store: Store, settings: Settings, run_id: str, iteration: i
         for spec in specs:
             spec.meta.update(iteration=iteration, round="proposed")
             made["proposed"] += store.add_task(Task(f"{run_id}.{spec.id}", run_id, spec.family, spec.difficulty,
-                                                    spec.source, Split.TRAIN, TaskStatus.PROPOSED, spec.to_spec()))
+                                                    spec.source, Split.TRAIN, TaskStatus.PROPOSED, spec.to_spec(),
+                                                    iteration=iteration))
     return {"levels": levels, "made": made, "plan": [vars(p) for p in plan]}

@@ -18,9 +18,10 @@ from appliance.lineage import describe_version, start_label
 from appliance.schemas import FailureMode, Outcome, Rollout, TaskStatus
 from appliance.store import Store
 
-# read as their outcome's default, as before the modes were typed: infra on a rollout that is no infra error
-# (nothing writes that), and verifier_timeout (practice writes it; the report has never counted it)
-UNCOUNTED = (FailureMode.INFRA, FailureMode.VERIFIER_TIMEOUT)
+# read as its outcome's default: infra on a rollout that is no infra error (nothing writes that). A
+# verifier_timeout is its own mode: practice scores it as the agent's failure (what the agent left made the
+# verifier hang, so it stays in the loss), but it is not a wrong answer and the report says so.
+UNCOUNTED = (FailureMode.INFRA,)
 
 
 def failure_mode(rollout: Rollout) -> str | None:
@@ -136,7 +137,7 @@ def band_levels(tasks: Any, iteration: int) -> dict[str, dict[str, dict[str, int
     """Band verdicts of this iteration's tasks per family and level (per iteration, not over the run)."""
     out: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
     for t in tasks:
-        if (t.split == "train" and (t.spec.get("meta") or {}).get("iteration") == iteration
+        if (t.split == "train" and t.iteration == iteration
                 and t.status in (TaskStatus.LEARNABLE, TaskStatus.TOO_EASY, TaskStatus.TOO_HARD)):
             out[t.family][str(t.difficulty)][str(t.status)] += 1
     return {f: {lvl: dict(c) for lvl, c in cells.items()} for f, cells in out.items()}

@@ -200,8 +200,7 @@ class Loop:
 
     # --- phases -----------------------------------------------------------------------------------
     def _iteration_tasks(self, index: int, status: TaskStatus | None = None) -> list[Task]:
-        return [t for t in self.store.tasks(self.run.id, split=Split.TRAIN, status=status)
-                if t.spec.get("meta", {}).get("iteration") == index]
+        return self.store.tasks(self.run.id, split=Split.TRAIN, status=status, iteration=index)
 
     def phase_synthesize(self, index: int) -> None:
         if self.settings.loop.controller == "climb":  # appliance.curriculum: frontier, stretch and replay tasks
@@ -225,7 +224,7 @@ class Loop:
                 spec.meta["iteration"] = index
                 added += self.store.add_task(Task(f"{self.run.id}.{spec.id}", self.run.id, spec.family,
                                                   spec.difficulty, spec.source, Split.TRAIN, TaskStatus.PROPOSED,
-                                                  spec.to_spec()))
+                                                  spec.to_spec(), iteration=index))
         self.event("synthesize", f"iteration {index}: {added} new tasks", levels=levels)
 
     def _validate(self, tasks: list[Task]) -> None:
@@ -272,9 +271,8 @@ class Loop:
     def phase_practise(self, index: int) -> None:
         lp = self.settings.loop
         tasks = self._iteration_tasks(index, TaskStatus.VALID) + [
-            t for t in self.store.tasks(self.run.id, split=Split.TRAIN)
-            if t.spec.get("meta", {}).get("iteration") == index and t.status in
-            (TaskStatus.LEARNABLE, TaskStatus.TOO_EASY, TaskStatus.TOO_HARD)]
+            t for t in self._iteration_tasks(index)
+            if t.status in (TaskStatus.LEARNABLE, TaskStatus.TOO_EASY, TaskStatus.TOO_HARD)]
         work = []
         for task in tasks:
             group = f"{task.id}.g{index}"

@@ -199,6 +199,7 @@ class Task:
     reject_reason: str | None = None
     pass_rate: float | None = None
     created_at: float = field(default_factory=now)
+    iteration: int | None = None  # the loop iteration it was made for; None: held-out, imported, warm-start pool
 
 
 @dataclass(slots=True)

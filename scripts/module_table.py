@@ -79,8 +79,9 @@ ROOMS = [
     Room(9, ("setup", "doctor", "status", "rollout_view"),
          "`appliance init` (store, Podman config, bundled model, images), the preflight, the status summary, the "
          "trajectory printout"),
-    Room(10, ("app",), "the appliance process: engine, proxy and sandbox pool (`services`), and `appliance run` "
-                      "wiring loop, scheduler and TUI together"),
+    Room(10, ("app",), "the appliance process: engine and proxy (`engine_and_proxy`, all `appliance serve` "
+                      "runs), with the sandbox pool (`services`), and `appliance run` wiring loop, scheduler and TUI "
+                      "together"),
     Room(11, ("cli",), "thin `appliance` commands over library functions (imports lazily, inside each command), "
                        "one module per audience: `home`, `steer`, `tasks`, `debug`"),
     Room(12, ("testing",), "fakes for tests and benchmarks (scripted policy, shell, engine, control consumer); "

@@ -15,7 +15,7 @@ def run(args: list[str], home: Path, **env: str):
     return CliRunner().invoke(main, args, env={"APPLIANCE_HOME": str(home), **env}, catch_exceptions=False)
 
 
-@pytest.mark.parametrize("cmd", [[], ["doctor"], ["init"], ["status"], ["version"], ["config"]])
+@pytest.mark.parametrize("cmd", [[], ["doctor"], ["init"], ["status"], ["version"], ["config"], ["serve"]])
 def test_every_command_has_help(cmd: list[str], tmp_path: Path) -> None:
     r = run([*cmd, "--help"], tmp_path)
     assert r.exit_code == 0 and "Usage:" in r.output
@@ -34,6 +34,17 @@ def test_bad_config_is_an_error_not_a_traceback(tmp_path: Path) -> None:
     assert out.returncode == 1
     assert "engine.port" in out.stderr and "hint:" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_serve_starts_through_the_wiring_and_explains_a_missing_model(tmp_path: Path) -> None:
+    # `serve` is app.engine_and_proxy (the engine and proxy half of app.services): its start-up line, its
+    # error, and the engine left stopped in the store
+    r = CliRunner().invoke(main, ["serve", "--port", "0"], catch_exceptions=False,
+                           env={"APPLIANCE_HOME": str(tmp_path), "APPLIANCE_ENGINE__MODEL": str(tmp_path / "none")})
+    assert r.exit_code == 1
+    assert "starting the engine on http://" in r.output and "no model folder" in r.output and "hint:" in r.output
+    status = json.loads(run(["status", "--json"], tmp_path).output)
+    assert status["engine"]["state"] == "stopped"
 
 
 def test_config_lists_keys_with_help(tmp_path: Path) -> None:

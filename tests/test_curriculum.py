@@ -28,9 +28,7 @@ def practise(store: Store, run_id: str, iteration: int, passed_by_family: dict[s
     """Stand-in for PRACTISE: k rollouts per task of the iteration, `passed` of them succeed, bands recorded."""
     from appliance.tasks.pool import record_band
 
-    for t in store.tasks(run_id, split=Split.TRAIN, status=TaskStatus.VALID):
-        if t.spec.get("meta", {}).get("iteration") != iteration:
-            continue
+    for t in store.tasks(run_id, split=Split.TRAIN, status=TaskStatus.VALID, iteration=iteration):
         wins = passed_by_family.get(t.family, 0)
         for j in range(k):
             rid = f"{t.id}.g{iteration}.{j}"
@@ -73,9 +71,9 @@ def test_iteration_0_plans_and_families_climb_with_replay(settings: Settings, st
     assert made["made"]["replay"] == 1  # text's learnable tasks come back, one per round at this share
     copies = [t for t in store.tasks(run, split=Split.TRAIN) if t.spec["meta"].get("round") == "replay"]
     assert len(copies) == 1 and copies[0].family == "text" and copies[0].status == TaskStatus.VALID
-    assert copies[0].spec["meta"]["iteration"] == 2 and copies[0].id.endswith(".r2")
-    assert {t.difficulty for t in store.tasks(run, split=Split.TRAIN)
-            if t.family == "files" and t.spec["meta"].get("iteration") == 2} == {2, 3}
+    assert copies[0].iteration == 2 and copies[0].id.endswith(".r2")
+    assert copies[0].spec["meta"]["iteration"] == 2  # kept in the spec as provenance for exported task files
+    assert {t.difficulty for t in store.tasks(run, split=Split.TRAIN, iteration=2) if t.family == "files"} == {2, 3}
 
     # a failing frontier is never sent back below what was mastered
     store.start_iteration(run, 3, 0)

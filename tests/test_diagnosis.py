@@ -40,6 +40,18 @@ def test_report_counts_pass_rates_modes_trend_and_regressions(store: Store) -> N
     assert "Held-out pass@1:** 40.0%" in md and "| files | 7/10 |" in md
 
 
+def test_a_verifier_timeout_is_its_own_mode_and_still_the_agents_failure(store: Store) -> None:
+    # practice writes it when what the agent left made the verifier hang (tests/practice/test_hostile_agent.py)
+    store.create_run("r", {})
+    store.add_task(Task("t1", "r", "script", 1, "procedural", Split.TRAIN, TaskStatus.PROPOSED, {}))
+    _finish(store, "a", "t1", Outcome.FAILURE, FailureMode.VERIFIER_TIMEOUT.reason("verifier failed"))
+    _finish(store, "b", "t1", Outcome.FAILURE, FailureMode.WRONG_ANSWER.reason("verifier failed"))
+    report, md = build_report(store, "r", 1)
+    assert report["failure_modes"] == {"verifier_timeout": 1, "wrong_answer": 1}
+    assert report["train"]["script"]["1"]["n"] == 2 and report["infra_error_rate"] == 0.0  # not an infra error
+    assert "- verifier_timeout: 1" in md
+
+
 def test_analysis_failure_does_not_break_the_report(store: Store) -> None:
     store.create_run("r", {})
 
@@ -61,7 +73,9 @@ def test_failure_mode_defaults() -> None:
 @pytest.mark.parametrize(("outcome", "error", "mode"), [
     (Outcome.FAILURE, FailureMode.WRONG_ANSWER.reason("verifier failed"), "wrong_answer"),
     (Outcome.FAILURE, "format_error: verifier failed; tampered with a.txt", "format_error"),
-    (Outcome.FAILURE, "verifier_timeout: verifier failed", "wrong_answer"),  # not counted, as before
+    (Outcome.FAILURE, FailureMode.VERIFIER_TIMEOUT.reason("verifier failed"), "verifier_timeout"),
+    (Outcome.FAILURE, "verifier_timeout: verifier failed; tampered with run.sh", "verifier_timeout"),
+    (Outcome.FAILURE, "infra: not written for a failure", "wrong_answer"),
     (Outcome.FAILURE, None, "wrong_answer"),
     (Outcome.TRUNCATED, "token_limit: after 3 turns", "token_limit"),
     (Outcome.TRUNCATED, "context_overflow", "context_overflow"),

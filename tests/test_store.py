@@ -266,3 +266,21 @@ def test_finish_rollout_writes_its_samples_in_the_same_transaction(store: Store)
     store.finish_rollout("r", Outcome.SUCCESS, 1.0, samples=[sample])
     assert store.get_rollout("r").status == RolloutStatus.FINISHED
     assert store.samples("r") == [sample]  # the temperature comes back too
+
+
+def test_a_task_iteration_moves_from_the_spec_to_its_column(tmp_path: Path) -> None:
+    # A store from before m008 kept a task's iteration only inside its spec JSON (spec.meta.iteration).
+    store = Store(tmp_path / "d.db", migrate=False)
+    store.migrate(stop_before="m008_task_iteration")
+    assert "m008_task_iteration" not in store.applied_migrations()
+    insert = ("INSERT INTO tasks (id, run_id, family, difficulty, source, split, status, spec, created_at)"
+              " VALUES (?, 'r1', 'files', 1, 'procedural', ?, 'valid', ?, 0)")
+    store.conn.execute(insert, ("t-old", "train", '{"id":"t-old","meta":{"iteration":3,"round":"new"}}'))
+    store.conn.execute(insert, ("t-held", "heldout", '{"id":"t-held","meta":{}}'))
+    assert store.migrate() == ["m008_task_iteration"]
+    assert store.get_task("t-old").iteration == 3 and store.get_task("t-held").iteration is None
+    assert [t.id for t in store.tasks("r1", iteration=3)] == ["t-old"]
+    # a new task's iteration is written to the column from the record
+    store.add_task(Task("t-new", "r1", "files", 1, "procedural", Split.TRAIN, TaskStatus.PROPOSED, {"id": "t-new"},
+                        iteration=4))
+    assert [t.id for t in store.tasks("r1", iteration=4)] == ["t-new"]

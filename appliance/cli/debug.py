@@ -157,34 +157,29 @@ def serve(ctx: click.Context, port: int | None) -> None:
     import signal
     import threading
 
-    from appliance.proxy import ProxyServer, create_app
+    from appliance.app import engine_and_proxy
     from appliance.proxy.debug import open_debug_route
-    from appliance.serving import Engine
 
     def interrupt(*_: Any) -> None:
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, interrupt)  # `kill` stops the engine as cleanly as Ctrl-C does
+    previous = signal.signal(signal.SIGTERM, interrupt)  # `kill` stops the engine as cleanly as Ctrl-C does
     settings = settings_of(ctx)
     with open_store(settings) as store:
-        engine = Engine(settings, store)
-        click.echo(f"starting the engine on {engine.base_url} (model {engine.model_path}) ...", err=True)
-        engine.start()
-        server = ProxyServer(create_app(store, engine, settings), settings, port=port)
         try:
-            server.start()
-            route = open_debug_route(store, server.url, engine.policy_version)
-            click.echo(f"rollout:            {route.rollout_id}  (policy version {engine.policy_version})")
-            click.echo(f"OpenAI base URL:    {route.openai_base_url}")
-            click.echo(f"Anthropic base URL: {route.anthropic_base_url}")
-            click.echo(f"recorded calls:     appliance calls {route.rollout_id} --json")
-            click.echo("Ctrl-C stops engine and proxy.", err=True)
-            threading.Event().wait()
+            with engine_and_proxy(settings, store, log=lambda m: click.echo(m, err=True), port=port) as running:
+                engine, server = running
+                route = open_debug_route(store, server.url, engine.policy_version)
+                click.echo(f"rollout:            {route.rollout_id}  (policy version {engine.policy_version})")
+                click.echo(f"OpenAI base URL:    {route.openai_base_url}")
+                click.echo(f"Anthropic base URL: {route.anthropic_base_url}")
+                click.echo(f"recorded calls:     appliance calls {route.rollout_id} --json")
+                click.echo("Ctrl-C stops engine and proxy.", err=True)
+                threading.Event().wait()
         except KeyboardInterrupt:
             pass
         finally:
-            server.stop()
-            engine.stop()
+            signal.signal(signal.SIGTERM, previous)
 
 
 @main.command()

@@ -10,6 +10,7 @@ import importlib.util
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 from appliance.errors import SetupError
 
@@ -52,7 +53,9 @@ def convert_bundled_model(folder: Path) -> bool:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
-    model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, torch_dtype=torch.float32)
+    # Any: transformers' own annotations declare no hf_quantizer attribute and type .to() through
+    # functools.wraps, which mypy does not bind as a method; both calls below are what transformers documents
+    model: Any = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, torch_dtype=torch.float32)
     # transformers marks GGUF-loaded models as quantized and refuses to save them; the weights are
     # already dequantized in memory, so dropping the marker is safe.
     model.hf_quantizer = None

@@ -180,3 +180,18 @@ def m007_demonstrations(db: sqlite_utils.Database) -> None:
         BEGIN SELECT RAISE(ABORT, 'held-out task used in a demonstration'); END;
         """
     )
+
+
+@migrations()
+def m008_task_iteration(db: sqlite_utils.Database) -> None:
+    # The iteration a task was made for is a column (it was read out of the spec's JSON, spec.meta.iteration,
+    # which still carries it as provenance for exported task files). Rows of older stores are back-filled from
+    # that JSON; tasks made outside an iteration (held-out set, imported, warm-start pool) stay NULL.
+    db.executescript(
+        """
+        ALTER TABLE tasks ADD COLUMN iteration INTEGER;
+        UPDATE tasks SET iteration = CAST(json_extract(spec, '$.meta.iteration') AS INTEGER)
+        WHERE json_type(spec, '$.meta.iteration') = 'integer';
+        CREATE INDEX tasks_by_iteration ON tasks (run_id, iteration, status);
+        """
+    )

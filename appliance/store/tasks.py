@@ -19,7 +19,7 @@ class TaskPool(Database):
             cur = c.execute(
                 records.insert_sql("tasks", TASK_COLUMNS, "INSERT OR IGNORE"),
                 (task.id, task.run_id, task.family, task.difficulty, task.source, task.split, task.status,
-                 records.to_json(task.spec), task.reject_reason, task.pass_rate, task.created_at),
+                 records.to_json(task.spec), task.reject_reason, task.pass_rate, task.created_at, task.iteration),
             )
             return cur.rowcount == 1
 
@@ -30,9 +30,10 @@ class TaskPool(Database):
         return records.task(row)
 
     def tasks(self, run_id: str | None = None, *, split: Split | None = None,
-              status: TaskStatus | None = None, family: str | None = None) -> list[Task]:
-        sql, args = where("SELECT * FROM tasks WHERE 1=1",
-                          {"run_id": run_id, "split": split, "status": status, "family": family})
+              status: TaskStatus | None = None, family: str | None = None,
+              iteration: int | None = None) -> list[Task]:
+        sql, args = where("SELECT * FROM tasks WHERE 1=1", {"run_id": run_id, "split": split, "status": status,
+                                                             "family": family, "iteration": iteration})
         return [records.task(r) for r in self.conn.execute(sql + " ORDER BY created_at, id", args)]
 
     def set_task_status(self, task_id: str, status: TaskStatus, *, reason: str | None = None,

@@ -56,6 +56,11 @@ class PackedBatch:
     def trained_tokens(self) -> int:
         return int(self.mask.sum().item())
 
+    @property
+    def temperature(self) -> float | torch.Tensor:
+        """What `token_logps` divides the logits by: the rows' temperatures, 1.0 when none were packed."""
+        return 1.0 if self.temperatures is None else self.temperatures
+
 
 def pack(token_ids: list[list[int]], masks: list[list[int]], logprobs: list[list[float]],
          advantages: list[float], *, pad_id: int, max_len: int, temperatures: list[float] | None = None,

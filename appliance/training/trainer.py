@@ -72,7 +72,9 @@ class PolicyTrainer(Critic):
                                 "run `appliance init` to convert the bundled model, or set engine.model")
         torch.manual_seed(cfg.seed)
         self.tokenizer = AutoTokenizer.from_pretrained(weights)
-        model = AutoModelForCausalLM.from_pretrained(weights, dtype=dtype)
+        # Any, as Critic.model: a transformers model or a peft model around it share no type, and transformers
+        # types .to() through functools.wraps, which mypy does not bind as a method
+        model: Any = AutoModelForCausalLM.from_pretrained(weights, dtype=dtype)
         if self.kind == "lora":
             from peft import LoraConfig, PeftModel, get_peft_model
 
@@ -87,10 +89,11 @@ class PolicyTrainer(Critic):
             if self.kind == "lora":
                 model.enable_input_require_grads()
         self.model = model.to(self.device)
-        self.ref_model = None
+        self.ref_model: Any = None
         if cfg.beta != 0.0 and self.kind == "full":
             # With LoRA the reference is the same model with the adapter disabled; a full fine-tune needs a copy.
-            self.ref_model = AutoModelForCausalLM.from_pretrained(self.base_model, dtype=dtype).to(self.device).eval()
+            ref: Any = AutoModelForCausalLM.from_pretrained(self.base_model, dtype=dtype)  # Any: .to(), as above
+            self.ref_model = ref.to(self.device).eval()
         params = [p for p in self.model.parameters() if p.requires_grad]
         # in a process group (a worker of a multi-process LEARN phase): this rank of `world` replicas
         self.rank, self.world = world()
@@ -132,7 +135,7 @@ class PolicyTrainer(Critic):
             for i in range(0, len(samples), self.cfg.micro_batch_size):
                 chunk = samples[i: i + self.cfg.micro_batch_size]
                 b = self.pack(chunk)
-                t = b.temperatures if temperature is None else temperature
+                t = b.temperature if temperature is None else temperature
                 hidden: list[torch.Tensor] | None = [] if values is not None and self.value_head else None
                 lp = token_logps(self.model, b.input_ids.to(self.device), b.attention_mask.to(self.device), t,
                                  hidden=hidden).cpu()
@@ -269,14 +272,14 @@ class PolicyTrainer(Critic):
                 adv = adv[:, start:]
             entropy: list[float] = []
             hidden: list[torch.Tensor] | None = [] if self.value_head is not None else None
-            logps = token_logps(self.model, ids, attn, b.temperatures, start=start, entropy=entropy, entropy_mask=mask,
+            logps = token_logps(self.model, ids, attn, b.temperature, start=start, entropy=entropy, entropy_mask=mask,
                                 hidden=hidden)
-            frozen = [self.old_logps.get((s.rollout_id, s.branch)) for s in chunk]
-            if all(f is not None for f in frozen):  # pi_old of the phase (see freeze_old_logps)
+            frozen = [f for s in chunk if (f := self.old_logps.get((s.rollout_id, s.branch))) is not None]
+            if len(frozen) == len(chunk):  # pi_old of the phase (see freeze_old_logps)
                 old = self.pack(chunk, logprobs=frozen).engine_logps[:, start:].to(self.device)
             else:  # not frozen (a step outside a phase): pi_old is the policy now, ratio 1
                 old = logps.detach()
-            ref = self._ref_logps(ids, attn, start, b.temperatures) if cfg.beta != 0.0 else None
+            ref = self._ref_logps(ids, attn, start, b.temperature) if cfg.beta != 0.0 else None
             is_ratio, is_stats = (engine_is_ratio(old, eng, mask, cfg) if cfg.is_mode != "none" else (None, None))
             loss, stats = policy_loss(logps, old, ref, is_ratio, mask, adv, cfg, norm, b.units)
             vloss = self._value_backward(chunk, hidden[0], start, value_turns, out) if hidden else None
@@ -305,8 +308,7 @@ class PolicyTrainer(Critic):
         return out
 
     def _ref_logps(self, ids: torch.Tensor, attn: torch.Tensor, start: int,
-                   temperature: torch.Tensor | None) -> torch.Tensor:
-        t = 1.0 if temperature is None else temperature
+                   t: float | torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             if self.ref_model is not None:
                 return token_logps(self.ref_model, ids, attn, t, start=start)

@@ -2,9 +2,10 @@
 
 Per call: the history it shares with an earlier call is folded away; the tokens that are new in its
 prompt (the task on the first call, tool results and harness text afterwards) are shown apart from
-the tokens the engine sampled (the only ones training learns from). Where a prompt does not extend any
-earlier call (the harness rewrote its history: compaction, sub-agent, retry) a branch point is marked,
-as the prefix tree in `trajectories` sees it.
+the tokens the engine sampled (the only ones training learns from). Where a prompt does not extend the
+branch before it (the harness rewrote its history: compaction, sub-agent, retry) a branch point is marked.
+The placement is the prefix tree the trainer's samples come from (`trajectories.build_tree`), not a second
+reading of the calls; a failed call is not in that tree and is listed as such.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from appliance.errors import TrajectoryError
 from appliance.schemas import ModelCall
+from appliance.trajectories import build_tree
 
 if TYPE_CHECKING:
     from appliance.tui.app import ApplianceApp
@@ -35,39 +38,42 @@ LEGEND = "[b]legend[/b] [dim]prompt[/] [yellow]tool / harness[/] [reverse green]
 @dataclass(frozen=True, slots=True)
 class CallView:
     seq: int
-    parent: int | None  # seq of the earlier call whose sequence this prompt continues
+    parent: int | None  # seq of the earlier call whose sequence this prompt continues (or leaves)
     shared: int  # prompt tokens shared with that call
-    branch: bool  # True when the prompt leaves the parent's sequence before its end
+    branch: bool  # True when the prompt leaves the parent's sequence before its end (a new branch)
     new_prompt: tuple[int, ...]
     sampled: tuple[int, ...]
     logprobs: tuple[float, ...]
     latency_s: float
     error: str | None
+    in_tree: bool = True  # False: a failed call, which the tree (and so training) leaves out
 
 
 def call_views(calls: list[ModelCall]) -> list[CallView]:
-    """Place each call under the earlier call it shares the longest prefix with."""
-    views: list[CallView] = []
-    seqs: list[tuple[int, list[int]]] = []
-    for call in calls:
-        parent, shared, parent_len = None, 0, 0
-        for seq, tokens in seqs:
-            n = common_prefix(call.prompt_ids, tokens)
-            if n and n >= shared:  # ties go to the latest call: the history a rewrite replaced
-                parent, shared, parent_len = seq, n, len(tokens)
-        views.append(CallView(call.seq, parent, shared, parent is not None and shared < parent_len,
-                              tuple(call.prompt_ids[shared:]), tuple(call.completion_ids), tuple(call.logprobs),
-                              call.latency_s, call.error))
-        seqs.append((call.seq, call.prompt_ids + call.completion_ids))
+    """Each call as `trajectories.build_tree` places it, in seq order. A call that extends its branch
+    continues the call that last extended it; the first call of a new branch leaves the branch it forked
+    from, at the fork, after the last call that extended that branch before it. Raises TrajectoryError
+    when the calls do not fit together (the trainer refuses them for the same reason)."""
+    by_seq = {c.seq: c for c in calls}
+    tree = build_tree(calls)
+    placed: dict[int, tuple[int | None, int, bool, int]] = {}  # seq -> parent, shared, branch, prompt start
+    for b in tree.branches:
+        for i, seg in enumerate(b.segments):
+            if i > 0:
+                placed[seg.call_seq] = (b.segments[i - 1].call_seq, seg.start, False, seg.start)
+            elif b.parent is None:
+                placed[seg.call_seq] = (None, 0, False, 0)
+            else:
+                before = [s.call_seq for s in tree.branches[b.parent].segments if s.call_seq < seg.call_seq]
+                placed[seg.call_seq] = (before[-1], b.fork, True, b.fork)
+    views = []
+    for seq in sorted(by_seq):
+        call = by_seq[seq]
+        parent, shared, branch, start = placed.get(seq, (None, 0, False, len(call.prompt_ids)))
+        views.append(CallView(seq, parent, shared, branch, tuple(call.prompt_ids[start:]),
+                              tuple(call.completion_ids), tuple(call.logprobs), call.latency_s, call.error,
+                              in_tree=seq in placed))
     return views
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
 
 
 def render(views: list[CallView], decode: Decoder | None) -> str:
@@ -80,6 +86,8 @@ def render(views: list[CallView], decode: Decoder | None) -> str:
         out += ["", f"[b]{head}[/b]"]
         if v.error:
             out.append(f"[red]error: {escape(v.error)}[/]")
+        if not v.in_tree:
+            out.append("[dim]not in the prefix tree: a failed call, nothing of it is trained[/]")
         if v.branch:
             out.append(f"[magenta]⑂ branch: leaves call {v.parent}'s sequence after {v.shared} tokens"
                        " (history rewritten)[/]")
@@ -150,8 +158,13 @@ class TrajectoryScreen(Screen):
             summary += f" · engine/trainer logprob gap {gap[-1][1]:.3f} (last step)"
         if rollout.error:
             summary += f"\n[red]{escape(rollout.error)}[/]"
-        decode = app.decoder() if calls else None
-        return summary, render(call_views(calls), decode) if calls else "no model calls recorded for this rollout"
+        if not calls:
+            return summary, "no model calls recorded for this rollout"
+        try:
+            views = call_views(calls)
+        except TrajectoryError as e:  # the trainer refuses these calls too: say why instead of placing them
+            return summary, f"[red]the calls do not form a trajectory: {escape(e.message)}[/]"
+        return summary, render(views, app.decoder())
 
 
 def _num(v: float | None) -> str:

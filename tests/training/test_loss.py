@@ -30,6 +30,13 @@ def test_pack_shifts_mask_and_logprobs_onto_targets():
     assert pack([[1, 2, 3, 4]], [[0, 1, 1, 1]], [[0.0] * 4], [0.0], pad_id=0, max_len=3).mask.tolist() == [[1, 1]]
 
 
+def test_a_batch_divides_by_its_rows_temperatures_or_by_one():
+    plain = pack([[5, 6]], [[0, 1]], [[0.0, -0.1]], [1.0], pad_id=0, max_len=16)
+    assert plain.temperatures is None and plain.temperature == 1.0
+    hot = pack([[5, 6]], [[0, 1]], [[0.0, -0.1]], [1.0], pad_id=0, max_len=16, temperatures=[0.7])
+    assert isinstance(hot.temperature, torch.Tensor) and hot.temperature.tolist() == pytest.approx([0.7])
+
+
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo", "gspo"])
 def test_on_policy_loss_matches_trl_aggregation_and_only_masked_tokens_get_gradient(loss_type):
     cfg = TrainingSettings(loss_type=loss_type)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from appliance.errors import TrajectoryError
 from appliance.schemas import Event, Iteration, IterationStatus, ModelCall, Phase
 from appliance.tui.overview import phase_timeline, sparkline
 from appliance.tui.system import parse_nvidia_smi
@@ -20,6 +23,24 @@ def test_calls_that_extend_each_other_share_history_and_a_rewrite_branches() -> 
     text = render(views, lambda ids: [f"<{i}>" for i in ids])
     assert "⑂ branch: leaves call 1's sequence after 2 tokens" in text
     assert "<6><7>" in text and "<9>" in text
+
+
+def test_a_failed_call_is_outside_the_tree_and_its_retry_continues_the_last_call_that_worked() -> None:
+    # placed as the trainer's prefix tree places them (trajectories.build_tree), so the view never shows
+    # a retry hanging off a call that training leaves out
+    failed = ModelCall(None, "r", 1, "error", {}, None, [1, 2, 3, 4], [], [], 0, 0.1, "engine: 500")
+    calls = [call(0, [1, 2], [3]), failed, call(2, [1, 2, 3, 4], [5])]
+    views = call_views(calls)
+    assert [(v.parent, v.shared, v.branch, v.in_tree) for v in views] == [
+        (None, 0, False, True), (None, 0, False, False), (0, 3, False, True)]
+    assert views[2].new_prompt == (4,) and views[1].new_prompt == ()
+    assert "not in the prefix tree" in render(views, None) and "engine: 500" in render(views, None)
+
+
+def test_calls_that_do_not_fit_together_are_refused_as_the_trainer_refuses_them() -> None:
+    broken = ModelCall(None, "r", 0, "ok", {}, None, [1], [2, 3], [-0.5], 0, 0.1)  # one logprob for two ids
+    with pytest.raises(TrajectoryError):
+        call_views([broken])
 
 
 def test_sparkline_spans_the_range() -> None:
