@@ -4,7 +4,8 @@ Every valid task carries a reference solution that passed its verifier twice. `d
 way the built-in harness runs an agent's command and records the conversation the harness would have
 produced: its own first messages (system prompt, `Task: ...`), one assistant turn with the whole solution
 in a ```bash block, the real observation from a fresh hardened sandbox formatted by the harness's own
-`format_observation`, and the finishing `DONE`. The final workspace then goes through `verify_workspace`,
+`format_observation`, and the finishing `DONE`; around the solution, the task's episode shape
+(`episode_shapes`: a look first, a check after, or a masked-out slip to recover from) adds real turns. The final workspace then goes through `verify_workspace`,
 exactly like a rollout's; only a passing conversation becomes a demonstration.
 
     run = demonstrate(settings, spec)                       # one sandbox, the verifier in another
@@ -29,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import shlex
 import shutil
 import threading
 import uuid
@@ -38,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from appliance import episode_shapes
 from appliance.config import Settings
 from appliance.errors import ApplianceError
 from appliance.harness.actions import format_observation, parse_action
@@ -70,11 +73,13 @@ class DemoRun:
     passed: bool
     error: str | None = None  # the machine failed (sandbox, verifier): no verdict on the task
     verifier_output: str = ""
+    untrained: tuple[int, ...] = ()  # assistant turns (0 = the first) shown as context, never trained: mistakes
 
 
 def demonstrate(settings: Settings, spec: TaskSpec, *, start: SandboxStarter | None = None,
-                limits: Limits | None = None) -> DemoRun:
-    """Run the reference solution as one agent turn in a fresh sandbox; never raises for the machine's failures."""
+                limits: Limits | None = None, shape: str = "solve") -> DemoRun:
+    """Run the reference solution as an agent episode of `shape` (`episode_shapes`) in a fresh sandbox;
+    never raises for the machine's failures."""
     from appliance.sandbox import Sandbox
 
     starter = start or (lambda **kw: Sandbox.start(settings, **kw))
@@ -87,6 +92,7 @@ def demonstrate(settings: Settings, spec: TaskSpec, *, start: SandboxStarter | N
         return DemoRun(messages, False, None, "the solution does not survive the harness's command parser")
     workspace = settings.home / "demonstrations" / uuid.uuid4().hex[:12]
     workspace.mkdir(parents=True)
+    untrained: list[int] = []
     try:
         write_workspace(spec, workspace)
         timeout = min(limits.command_timeout_s, spec.limits.timeout_s)
@@ -95,14 +101,43 @@ def demonstrate(settings: Settings, spec: TaskSpec, *, start: SandboxStarter | N
                 setup = sb.exec(spec.setup, timeout=spec.limits.timeout_s)
                 if setup.exit_code != 0:
                     return DemoRun(messages, False, f"task set-up failed ({setup.exit_code})")
-            result = sb.shell().run(action.command, timeout)
-        messages += [answer, *observation_messages(action, format_observation(result, limits.observation_chars,
-                                                                               timeout))]
+            shell = sb.shell()
+
+            def turn(command: str, keep: Callable[[Any], bool] = lambda _: True, trained: bool = True) -> bool:
+                said = {"role": "assistant", "content": command_block(command)}
+                act = parse_action(said)
+                if act.command is None:
+                    return False
+                result = shell.run(act.command, timeout)
+                if not keep(result):
+                    return False
+                if not trained:
+                    untrained.append(sum(m["role"] == "assistant" for m in messages))
+                messages.extend([said, *observation_messages(act, format_observation(result, limits.observation_chars,
+                                                                                         timeout))])
+                return True
+
+            if shape == "look":
+                turn(episode_shapes.look_command(spec.instruction), keep=lambda r: r.exit_code == 0)
+            elif shape == "recover" and (slip := episode_shapes.mistaken(spec.solution)):
+                wrong, program = slip
+                if sb.exec(f"command -v {shlex.quote(program)}", timeout=30).exit_code != 0:  # truly no such program
+                    turn(wrong, keep=lambda r: r.exit_code == 127, trained=False)
+            result = shell.run(action.command, timeout)
+            messages += [answer, *observation_messages(action, format_observation(result, limits.observation_chars,
+                                                                                   timeout))]
+            if shape == "check" and result.exit_code == 0:
+                for check in episode_shapes.check_candidates(spec.instruction):
+                    target = episode_shapes.check_target(check)
+                    if target and sb.exec(f"test -e {shlex.quote(target)}", timeout=30).exit_code != 0:
+                        continue
+                    if turn(check, keep=lambda r: r.exit_code == 0 and not r.timed_out):
+                        break
         messages.append({"role": "assistant", "content": FINISH})
         verdict = verify_workspace(settings, spec, workspace, start=start)
         if verdict.error:
             return DemoRun(messages, False, f"verifier: {verdict.error}", verdict.output)
-        return DemoRun(messages, verdict.passed and not verdict.tampered, None, verdict.output)
+        return DemoRun(messages, verdict.passed and not verdict.tampered, None, verdict.output, tuple(untrained))
     except ApplianceError as e:
         return DemoRun(messages, False, f"{type(e).__name__}: {e.message}")
     finally:
@@ -131,8 +166,16 @@ def digest(messages: list[dict[str, Any]]) -> str:
 
 
 def to_demonstration(messages: list[dict[str, Any]], task: Task, tokenize: ChatTokenizer, *, origin: str = REFERENCE,
-                     iteration: int | None = None) -> Demonstration:
+                     iteration: int | None = None, untrained: tuple[int, ...] = ()) -> Demonstration:
     ids, mask = tokenize(messages)
+    if untrained:
+        turns = sum(m["role"] == "assistant" for m in messages)
+        kept = episode_shapes.untrained_mask(mask, turns, set(untrained))
+        if kept is None:
+            raise ApplianceError(f"the chat template's assistant mask of {task.id} does not split into its {turns} "
+                                 "turns, so its mistaken turn cannot be kept out of the loss",
+                                 "use the 'solve' shape only (training.demo_shapes) with this model's template")
+        mask = kept
     return Demonstration(task.run_id, task.id, task.family, task.difficulty, origin, messages, ids, mask,
                          digest(messages), iteration)
 
@@ -174,7 +217,8 @@ def demonstrate_tasks(settings: Settings, store: Store, tasks: Iterable[Task], t
         if stopping is not None and stopping.is_set():
             return None
         try:
-            return demonstrate(settings, TaskSpec.from_spec(task.spec), start=start)
+            return demonstrate(settings, TaskSpec.from_spec(task.spec), start=start,
+                               shape=episode_shapes.shape_of(task.id, tuple(settings.training.demo_shapes)))
         except Exception as e:  # noqa: BLE001 - as in validation: one task's surprise is that task's failure
             return DemoRun([], False, None, f"{type(e).__name__}: {e}")
 
@@ -188,8 +232,13 @@ def demonstrate_tasks(settings: Settings, store: Store, tasks: Iterable[Task], t
             elif not result.passed:
                 out.failed.append(task.id)
             else:
-                out.added += store.add_demonstration(to_demonstration(result.messages, task, tokenize,
-                                                                      iteration=iteration))
+                try:
+                    demo = to_demonstration(result.messages, task, tokenize, iteration=iteration,
+                                            untrained=result.untrained)
+                except ApplianceError:
+                    out.failed.append(task.id)
+                    continue
+                out.added += store.add_demonstration(demo)
     return out
 
 

@@ -56,6 +56,29 @@ def test_reference_solution_becomes_the_harness_conversation(sandbox_settings: S
     assert run.messages[4]["content"] == FINISH
 
 
+def test_each_episode_shape_runs_real_turns_and_still_solves_the_task(sandbox_settings: Settings) -> None:
+    spec = synthesize("find", 2, 1, seed="shapes")[0]
+    plain = demonstrate(sandbox_settings, spec)
+    look = demonstrate(sandbox_settings, spec, shape="look")
+    check = demonstrate(sandbox_settings, spec, shape="check")
+    recover = demonstrate(sandbox_settings, spec, shape="recover")
+    for run in (plain, look, check, recover):
+        assert run.error is None and run.passed, run
+        assert run.messages[-1]["content"] == FINISH
+    said = {name: [m["content"] for m in run.messages if m["role"] == "assistant"]
+            for name, run in (("plain", plain), ("look", look), ("check", check), ("recover", recover))}
+    assert said["plain"] == [command_block(spec.solution), FINISH]
+    assert said["look"][0].startswith("```bash\nls -la") and said["look"][1:] == said["plain"]
+    assert said["check"][:1] == said["plain"][:1] and len(said["check"]) == 3
+    assert check.messages[-2]["content"].startswith("exit code 0")  # the check succeeded, then DONE
+    assert recover.untrained == (0,) and said["recover"][1:] == said["plain"]
+    assert recover.messages[3]["content"].startswith("exit code 127") and "command not found" in recover.messages[3][
+        "content"]
+    demo = to_demonstration(recover.messages, task_of(spec), char_tokenize, untrained=recover.untrained)
+    trained = "".join(chr(i) for i, m in zip(demo.token_ids, demo.mask) if m)
+    assert trained == command_block(spec.solution) + FINISH  # the slip is context, never a target
+
+
 def test_a_solution_that_fails_the_verifier_is_no_demonstration(sandbox_settings: Settings, store: Store) -> None:
     good = synthesize("files", 2, 1, seed="demo")[0]
     bad = synthesize("pipeline", 2, 1, seed="demo")[0]
@@ -223,6 +246,13 @@ def test_the_real_chat_template_masks_exactly_the_assistant_turns() -> None:
     trained = tok.decode([i for i, m in zip(ids, mask) if m])
     assert trained == "```bash\nls\n```<|im_end|>DONE<|im_end|>"
     assert tok.decode(ids) == tok.apply_chat_template(messages, tokenize=False)
+    # a slip before the solution: its turn lines up with the template's mask and is kept out of the loss
+    slipped = messages[:2] + [{"role": "assistant", "content": "```bash\nlss\n```"},
+                              {"role": "user", "content": "exit code 127\nstderr:\nbash: lss: command not found"}]
+    slipped += messages[2:]
+    demo = to_demonstration(slipped, task_of(synthesize("files", 2, 1, seed="t")[0]), chat_tokenizer(Path(model)),
+                            untrained=(0,))
+    assert tok.decode([i for i, m in zip(demo.token_ids, demo.mask) if m]) == trained
 
 
 def test_hinted_task_is_redrawn_without_its_hint(store: Store) -> None:

@@ -190,6 +190,12 @@ class TrainingSettings(Section):
     )
     demo_mix_min: int = Field(8, ge=0, description="Fewest demonstrations mixed into a later LEARN phase (when the "
                               "pool has them), so an iteration without successes still learns.")
+    demo_shapes: list[Literal["solve", "look", "check", "recover"]] = Field(
+        ["solve", "look", "check", "recover"], min_length=1,
+        description="Episode shapes of reference demonstrations, one per task (a hash of its id picks it): 'solve' "
+        "= the solution then DONE; 'look' = ls first; 'check' = a look at the result before DONE; 'recover' = a "
+        "misspelled first command (exit 127, masked out of the loss) and then the solution. ['solve'] alone "
+        "teaches 'one command, then DONE' whatever the command printed (see appliance/episode_shapes.py).")
 
 
 class HarnessSettings(Section):

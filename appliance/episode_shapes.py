@@ -1,0 +1,119 @@
+"""The shapes a demonstration's episode takes, so that SFT teaches working habits and not only answers.
+
+A reference solution shown as one command and then DONE teaches exactly that: one command, then DONE,
+whatever the command printed. The agent trained on such demonstrations says DONE after `exit code 127`.
+So each task's demonstration takes one of these shapes, chosen from the task's id (stable across restarts,
+spread evenly over a pool):
+
+    solve    the solution; DONE
+    look     a look at the workspace (`ls -la` of the directory the task names, else of /workspace); the
+             solution; DONE
+    check    the solution; a look at what it made (the test file the task names run again, else the head of
+             the file the task names, else `ls -la`); DONE
+    recover  the solution's first command with its program name misspelled (it cannot run: bash answers
+             "command not found", exit 127); the whole solution; DONE. The mistaken turn stays in the
+             context but is never trained (its tokens are masked out): the lesson is the next turn.
+
+Every command really runs in the demonstration's sandbox and every observation is real; a look or check
+that fails, or a mistake that does not fail the way it should, is dropped from the episode, never shown.
+This module only decides the commands and the mask; `demonstrations.demonstrate` runs them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+
+SHAPES = ("solve", "look", "check", "recover")
+
+# words that a misspelling would turn into a syntax error or an assignment, not a missing program
+_NOT_PROGRAMS = {"for", "while", "until", "if", "case", "function", "select", "time", "export", "declare",
+                 "local", "readonly", "set", "unset", "shopt", "eval", "exec", "source", ".", "[", "[[", "{", "(",
+                 "!", "coproc", "trap"}
+_PROGRAM = re.compile(r"[A-Za-z][A-Za-z0-9_+.-]*")
+_FILE_NAME = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.[A-Za-z0-9]{1,5})(?![\w/-])")
+_DIR_NAME = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+)/(?![\w.-])")
+_BINARY = (".zip", ".tar", ".gz", ".tgz", ".bz2", ".xz", ".db", ".sqlite", ".png", ".jpg", ".pdf")
+
+
+def shape_of(task_id: str, shapes: tuple[str, ...] = SHAPES) -> str:
+    """The task's shape: a hash of its id, so a restart gives every task the same one."""
+    if not shapes:
+        return "solve"
+    return shapes[int(hashlib.sha256(task_id.encode()).hexdigest(), 16) % len(shapes)]
+
+
+def named_dirs(instruction: str) -> list[str]:
+    """Directories the request names with a trailing slash ("repo/", "logs/2024/"), in order."""
+    return list(dict.fromkeys(m.group(1) for m in _DIR_NAME.finditer(instruction)))
+
+
+def named_files(instruction: str) -> list[str]:
+    """File names with an extension the request names ("found.txt", "src/app.py"), in order."""
+    return [name for name in dict.fromkeys(m.group(1) for m in _FILE_NAME.finditer(instruction))
+            if not name[0].isdigit()]  # "1.5" and "2.0" are numbers, not files
+
+
+def look_command(instruction: str) -> str:
+    dirs = named_dirs(instruction)
+    return f"ls -la {shlex.quote(dirs[0])}" if dirs else "ls -la"
+
+
+def check_candidates(instruction: str) -> list[str]:
+    """Checks after the solution, best first; the caller keeps the first whose target exists and that succeeds."""
+    out = []
+    files = named_files(instruction)
+    for name in files:
+        if re.fullmatch(r"(?:.*/)?test_\w+\.py", name):
+            out.append(f"python3 {shlex.quote(name)}")
+    for name in reversed(files):  # the output is usually named last ("... into found.txt")
+        out.append(f"ls -la {shlex.quote(name)}" if name.endswith(_BINARY) else f"head -n 20 {shlex.quote(name)}")
+    out.append("ls -la")
+    return list(dict.fromkeys(out))
+
+
+def check_target(command: str) -> str | None:
+    """The path a check reads (whose existence the caller probes first), None for a bare `ls -la`."""
+    words = shlex.split(command)
+    return words[-1] if len(words) > 1 and words[-1] not in ("-la",) else None
+
+
+def mistaken(solution: str) -> tuple[str, str] | None:
+    """(the mistaken command, its misspelled program) for the recover shape, or None when the solution's
+    first command cannot be misspelled into a plain "command not found": a keyword or builtin first, an
+    assignment, a substitution that would run before the lookup, or unbalanced quotes."""
+    first = re.split(r"[|;&<>\n()`]", solution.strip(), maxsplit=1)[0].strip()
+    if not first or "$" in first or "\\" in first:
+        return None
+    try:
+        words = shlex.split(first)
+    except ValueError:
+        return None
+    if not words or words[0] in _NOT_PROGRAMS or "=" in words[0] or not _PROGRAM.fullmatch(words[0]):
+        return None
+    program = words[0]
+    wrong = program + program[-1]  # "zip" -> "zipp", "sort" -> "sortt": a slip, not another tool
+    return wrong + first[len(program):], wrong
+
+
+def untrained_mask(mask: list[int], assistant_turns: int, untrained: set[int]) -> list[int] | None:
+    """`mask` with the assistant turns numbered in `untrained` (0 = the first assistant turn) set to 0.
+
+    The chat template marks each assistant turn as one run of 1s; None when the runs and the turns do not
+    line up one to one (then nobody can say which tokens are the mistake, and the caller drops the episode)."""
+    spans = []
+    start = None
+    for i, m in enumerate([*mask, 0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            spans.append((start, i))
+            start = None
+    if len(spans) != assistant_turns:
+        return None
+    out = list(mask)
+    for turn in untrained:
+        a, b = spans[turn]
+        out[a:b] = [0] * (b - a)
+    return out

@@ -1,0 +1,61 @@
+"""Episode shapes of demonstrations: which shape a task gets, the commands each adds, the mistake's mask."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from appliance.episode_shapes import (
+    SHAPES,
+    check_candidates,
+    check_target,
+    look_command,
+    mistaken,
+    named_dirs,
+    named_files,
+    shape_of,
+    untrained_mask,
+)
+
+
+def test_a_task_keeps_its_shape_and_a_pool_gets_all_of_them() -> None:
+    ids = [f"run.files-2-{i:04x}" for i in range(400)]
+    assert [shape_of(i) for i in ids] == [shape_of(i) for i in ids]
+    counts = Counter(shape_of(i) for i in ids)
+    assert set(counts) == set(SHAPES) and min(counts.values()) > 60
+    assert {shape_of(i, ("solve",)) for i in ids} == {"solve"}
+
+
+def test_the_request_names_its_files_and_directories() -> None:
+    assert named_files("Where are the .txt files in repo/? Sorted paths into found.txt.") == ["found.txt"]
+    assert named_files("There is a bug in mathutils.py: run test_mathutils.py, find it, fix it.") == [
+        "mathutils.py", "test_mathutils.py"]
+    assert named_files("Bump the version from 1.5 to 2.0 in src/pkg/setup.cfg") == ["src/pkg/setup.cfg"]
+    assert named_dirs("Make configs.zip from configs/ so it can be emailed.") == ["configs"]
+    assert look_command("Make configs.zip from configs/ so it can be emailed.") == "ls -la configs"
+    assert look_command("Count the words of notes.txt") == "ls -la"
+
+
+def test_checks_rerun_the_test_then_read_the_output_named_last() -> None:
+    assert check_candidates("There is a bug in mathutils.py: run test_mathutils.py, find it, fix it.")[0] == (
+        "python3 test_mathutils.py")
+    assert check_candidates("Where are the .txt files in repo/? Sorted paths into found.txt.") == [
+        "head -n 20 found.txt", "ls -la"]
+    assert check_candidates("Make configs.zip from configs/ so it can be emailed.")[0] == "ls -la configs.zip"
+    assert check_target("head -n 20 found.txt") == "found.txt" and check_target("ls -la") is None
+
+
+def test_a_slip_misspells_only_the_first_program_and_never_runs_anything() -> None:
+    assert mistaken("zip -r -q configs.zip configs\n") == ("zipp -r -q configs.zip configs", "zipp")
+    assert mistaken("find repo -name '*.txt' | sort > found.txt") == ("findd repo -name '*.txt'", "findd")
+    assert mistaken("sort -u names.txt > out.txt") == ("sortt -u names.txt", "sortt")
+    for solution in ("for f in *.log; do rm $f; done", "X=1 env", "echo $(rm -rf /)", "cd repo && git add .",
+                     "if true; then :; fi", "python3 -c 'print(1)", "`rm x`", "(cd a; ls)"):
+        slip = mistaken(solution)
+        assert slip is None or (slip[1] == "cdd" and slip[0] == "cdd repo"), (solution, slip)
+
+
+def test_the_mistaken_turn_is_masked_out_and_a_mask_that_does_not_line_up_is_refused() -> None:
+    mask = [0, 0, 1, 1, 0, 0, 1, 1, 1, 0, 1]
+    assert untrained_mask(mask, 3, {0}) == [0, 0, 0, 0, 0, 0, 1, 1, 1, 0, 1]
+    assert untrained_mask(mask, 3, set()) == mask
+    assert untrained_mask(mask, 2, {0}) is None
