@@ -247,8 +247,12 @@ class Loop:
     def phase_validate(self, index: int) -> None:
         pending = self._iteration_tasks(index, TaskStatus.PROPOSED)
         self._validate(pending)
-        valid = len(self._iteration_tasks(index, TaskStatus.VALID))
-        self.event("validate", f"iteration {index}: {valid} of {len(pending)} tasks valid")
+        checked = {t.id for t in pending}
+        valid = self._iteration_tasks(index, TaskStatus.VALID)
+        new_valid = sum(t.id in checked for t in valid)
+        # replays (and tasks a crash left validated) were valid before this pass: counted apart
+        self.event("validate", f"iteration {index}: {new_valid} of {len(pending)} new tasks valid, "
+                               f"{len(valid) - new_valid} valid before")
         if self.settings.training.demonstrations:
             made = prepare_demonstrations(self.settings, self.store, self.run.id, index, self._chat_tokenizer(),
                                           self.families, start=self.practice.pool.start,
