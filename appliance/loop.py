@@ -274,6 +274,10 @@ class Loop:
 
     def phase_practise(self, index: int) -> None:
         lp = self.settings.loop
+        if self._warmstart_first(index):
+            self.event("practise", f"iteration {index}: no practice: the warm-start SFT comes first "
+                                   "(loop.warmstart_first)")
+            return
         tasks = self._iteration_tasks(index, TaskStatus.VALID) + [
             t for t in self._iteration_tasks(index)
             if t.status in (TaskStatus.LEARNABLE, TaskStatus.TOO_EASY, TaskStatus.TOO_HARD)]
@@ -296,6 +300,15 @@ class Loop:
         wins = sum(r.outcome == Outcome.SUCCESS for r in rollouts)
         infra = sum(r.outcome == Outcome.INFRA_ERROR for r in rollouts)
         self.event("practise", f"iteration {index}: {len(rollouts)} rollouts, {wins} successes, {infra} infra errors")
+
+    def _warmstart_first(self, index: int) -> bool:
+        cfg = self.settings.training
+        if not (self.settings.loop.warmstart_first and cfg.demonstrations and index == 1):
+            return False
+        if self.store.rollouts(self.run.id, iteration=index, purpose="train"):
+            return False  # practised before (a run that started with the setting off): finish that
+        return not self.store.checkpoints(self.run.id) and bool(
+            self.store.demonstrations(self.run.id, levels=cfg.demo_warmstart_levels))
 
     def _draw_more(self, index: int, tasks: list[Task]) -> None:
         """Dynamic sampling (DAPO), bounded: a group whose valid rollouts all scored the same has advantage 0

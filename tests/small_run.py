@@ -45,6 +45,7 @@ def small_run_env(sandbox_settings: Settings, home: Path, tiny_model: Path) -> d
         # the curriculum at its smallest: one warm-start demonstration per level, one sample per held-out task
         "APPLIANCE_TRAINING__DEMO_WARMSTART_TASKS": "1",
         "APPLIANCE_TRAINING__DEMO_WARMSTART_LEVELS": "[2]",
+        "APPLIANCE_LOOP__WARMSTART_FIRST": "false",  # iteration 1 practises too: every phase is exercised (and killed)
         "APPLIANCE_LOOP__TASKS_PER_FAMILY": "2",
         "APPLIANCE_EVALUATION__SAMPLES_PER_TASK": "1",
     }

@@ -121,6 +121,7 @@ def test_one_climbing_iteration_through_the_real_phases(sandbox_settings: Settin
     settings.loop.analysis = False
     settings.training.demo_warmstart_levels = [2]
     settings.training.demo_warmstart_tasks = 1
+    settings.loop.warmstart_first = False  # iteration 1 practises too: its banding and capability are checked
     settings.evaluation.samples_per_task = 2
     store = Store(settings.db_path)
     solutions: dict[str, str] = {}
