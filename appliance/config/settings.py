@@ -248,7 +248,7 @@ class LoopSettings(Section):
         True, description="With demonstrations on, the first iteration of a run that has no trained weights yet "
         "does not practise: its LEARN phase is the warm-start SFT alone, and practice starts from a policy that "
         "already answers in the harness's format (the bundled base model's practice rollouts were 179 of 220 "
-        "truncated at the turn limit, 28 successes, in 25 of a 2-hour run's minutes).")
+        "truncated at the turn limit, 28 successes, in 16 of a 2-hour run's minutes).")
     extra_draws: int = Field(
         4, ge=0, description="Dynamic sampling: extra rollouts (at most, per task and iteration, drawn group_size "
         "at a time) for a task whose group scored all the same, so it has a non-zero advantage to learn from; 0 = off."
