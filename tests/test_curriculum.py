@@ -98,9 +98,12 @@ def test_self_proposal_only_when_turned_on(settings: Settings, store: Store) -> 
 
 
 @pytest.mark.slow
-def test_one_climbing_iteration_through_the_real_phases(sandbox_settings: Settings, tmp_path) -> None:
+@pytest.mark.parametrize("warmstart_first", [False, True])
+def test_one_climbing_iteration_through_the_real_phases(sandbox_settings: Settings, tmp_path,
+                                                        warmstart_first: bool) -> None:
     """SYNTHESIZE .. DIAGNOSE on real sandboxes, a policy that answers each task's reference solution, the
-    fake engine (training fails for want of a model: the loop goes on, as it does in production)."""
+    fake engine (training fails for want of a model: the loop goes on, as it does in production). With
+    `loop.warmstart_first`, iteration 1 practises nothing and its LEARN phase is the warm-start alone."""
     import json as _json
 
     import httpx
@@ -121,7 +124,7 @@ def test_one_climbing_iteration_through_the_real_phases(sandbox_settings: Settin
     settings.loop.analysis = False
     settings.training.demo_warmstart_levels = [2]
     settings.training.demo_warmstart_tasks = 1
-    settings.loop.warmstart_first = False  # iteration 1 practises too: its banding and capability are checked
+    settings.loop.warmstart_first = warmstart_first
     settings.evaluation.samples_per_task = 2
     store = Store(settings.db_path)
     solutions: dict[str, str] = {}
@@ -151,9 +154,14 @@ def test_one_climbing_iteration_through_the_real_phases(sandbox_settings: Settin
     report, md = store.report(run, 1)
     assert report["evaluation"]["n"] == 2 and report["evaluation"]["k"] == 2  # one held-out task x k=2
     assert "files" in report["decisions"] and "## Controller decisions" in md
-    assert report["capability"]["files"]["1"]["passed"] == report["capability"]["files"]["1"]["n"] > 0
     events = [e.message for e in store.events(run)]
     assert any("warm-start SFT on" in m for m in events), events
     rollouts = store.rollouts(run, iteration=1, purpose="train")
+    if warmstart_first:  # nothing practised before the warm-start: the report has no practice to show
+        assert not rollouts and any("the warm-start SFT comes first" in m for m in events), events
+        assert "1" not in report["capability"].get("files", {})  # no level-1 practice (only held-out L2)
+        store.close()
+        return
+    assert report["capability"]["files"]["1"]["passed"] == report["capability"]["files"]["1"]["n"] > 0
     assert rollouts and all(r.outcome == "success" for r in rollouts)
     store.close()
