@@ -103,19 +103,20 @@ def demonstrate(settings: Settings, spec: TaskSpec, *, start: SandboxStarter | N
                     return DemoRun(messages, False, f"task set-up failed ({setup.exit_code})")
             shell = sb.shell()
 
-            def turn(command: str, keep: Callable[[Any], bool] = lambda _: True, trained: bool = True) -> bool:
+            def turn(command: str, keep: Callable[[Any], bool] = lambda _: True, trained: bool = True) -> Any:
+                """Run one agent turn; its result when `keep` accepts it (then it joins the episode), else None."""
                 said = {"role": "assistant", "content": command_block(command)}
                 act = parse_action(said)
                 if act.command is None:
-                    return False
+                    return None
                 result = shell.run(act.command, timeout)
                 if not keep(result):
-                    return False
+                    return None
                 if not trained:
                     untrained.append(sum(m["role"] == "assistant" for m in messages))
                 messages.extend([said, *observation_messages(act, format_observation(result, limits.observation_chars,
                                                                                          timeout))])
-                return True
+                return result
 
             if shape == "look":
                 turn(episode_shapes.look_command(spec.instruction), keep=lambda r: r.exit_code == 0)
@@ -123,15 +124,13 @@ def demonstrate(settings: Settings, spec: TaskSpec, *, start: SandboxStarter | N
                 wrong, program = slip
                 if sb.exec(f"command -v {shlex.quote(program)}", timeout=30).exit_code != 0:  # truly no such program
                     turn(wrong, keep=lambda r: r.exit_code == 127, trained=False)
-            result = shell.run(action.command, timeout)
-            messages += [answer, *observation_messages(action, format_observation(result, limits.observation_chars,
-                                                                                   timeout))]
+            result = turn(spec.solution)  # parsed back to itself above, and always kept
             if shape == "check" and result.exit_code == 0:
                 for check in episode_shapes.check_candidates(spec.instruction):
                     target = episode_shapes.check_target(check)
                     if target and sb.exec(f"test -e {shlex.quote(target)}", timeout=30).exit_code != 0:
                         continue
-                    if turn(check, keep=lambda r: r.exit_code == 0 and not r.timed_out):
+                    if turn(check, keep=lambda r: r.exit_code == 0 and not r.timed_out) is not None:
                         break
         messages.append({"role": "assistant", "content": FINISH})
         verdict = verify_workspace(settings, spec, workspace, start=start)
