@@ -71,13 +71,14 @@ def _open_store(path: str, start: Any, failures: Any) -> None:
 
 
 def test_processes_opening_a_fresh_store_at_once_all_get_it_migrated(tmp_path: Path) -> None:
-    # The shape of a real CI failure: a test opened the store while the run it watched was still creating
-    # it, and one of the two died on "table runs already exists".
-    ctx = multiprocessing.get_context("spawn")
-    start, failures = ctx.Barrier(6), ctx.Queue()
-    for attempt in range(3):
+    # The shape of two real CI failures: a test opened the store while the run it watched was still
+    # creating it, and one of the two died on "table runs already exists", then on "database is locked"
+    # (the switch to WAL). Forked, so that the processes meet at the barrier already imported and race.
+    ctx = multiprocessing.get_context("fork")
+    start, failures = ctx.Barrier(8), ctx.Queue()
+    for attempt in range(20):
         path = str(tmp_path / f"fresh-{attempt}.db")
-        procs = [ctx.Process(target=_open_store, args=(path, start, failures)) for _ in range(6)]
+        procs = [ctx.Process(target=_open_store, args=(path, start, failures)) for _ in range(8)]
         for p in procs:
             p.start()
         for p in procs:

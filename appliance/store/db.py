@@ -32,15 +32,40 @@ class Database:
         self._local = threading.local()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = self.conn
-            conn.execute("PRAGMA journal_mode=WAL")
-        except (OSError, sqlite3.Error) as e:
-            raise StoreError(
-                f"cannot open the store at {self.path}: {e}",
-                "check that APPLIANCE_HOME points to a writable directory",
-            ) from e
-        if migrate:
-            self.migrate()
+        except OSError as e:
+            raise StoreError(f"cannot open the store at {self.path}: {e}",
+                             "check that APPLIANCE_HOME points to a writable directory") from e
+        with self._opening_lock():
+            try:
+                # Switching a fresh file to WAL needs it alone and SQLite answers "database is locked" at
+                # once rather than waiting out the busy timeout, so the switch is made under the lock too.
+                self.conn.execute("PRAGMA journal_mode=WAL")
+            except sqlite3.Error as e:
+                raise StoreError(f"cannot open the store at {self.path}: {e}",
+                                 "check that APPLIANCE_HOME points to a writable directory") from e
+            if migrate:
+                self._migrate_locked(None)
+
+    @contextmanager
+    def _opening_lock(self) -> Iterator[None]:
+        """An exclusive lock on a file beside the store, held while a process sets the store up.
+
+        Two processes opening a fresh store at once (the loop and a TUI, or a test watching a run) would
+        both see the same migrations pending and the second would fail on "table already exists"; both
+        would try to switch the file to WAL and one would fail on "database is locked".
+        """
+        lock_path = self.path.with_name(self.path.name + ".open-lock")
+        try:
+            lock = open(lock_path, "a")  # noqa: SIM115 - closed by the with below
+        except OSError as e:
+            raise StoreError(f"cannot open the store's lock file {lock_path}: {e}",
+                             "check that APPLIANCE_HOME points to a writable directory") from e
+        with lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
 
     @property
     def conn(self) -> sqlite3.Connection:
@@ -76,22 +101,10 @@ class Database:
     def migrate(self, stop_before: str | None = None) -> list[str]:
         """Apply pending migrations in order; returns the names applied.
 
-        Two processes opening a fresh store at once (the loop and a TUI, or a test watching a run) would both
-        see the same migrations pending and the second would fail on "table already exists": migration runs
-        under an exclusive lock on a file beside the store, and reads what is pending only once it holds it.
+        Runs under the opening lock, and reads what is pending only once it holds it.
         """
-        lock_path = self.path.with_name(self.path.name + ".migrate-lock")
-        try:
-            lock = open(lock_path, "a")  # noqa: SIM115 - closed by the with below
-        except OSError as e:
-            raise StoreError(f"cannot open the store's migration lock {lock_path}: {e}",
-                             "check that APPLIANCE_HOME points to a writable directory") from e
-        with lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                return self._migrate_locked(stop_before)
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        with self._opening_lock():
+            return self._migrate_locked(stop_before)
 
     def _migrate_locked(self, stop_before: str | None) -> list[str]:
         db = sqlite_utils.Database(self.conn)
