@@ -349,7 +349,8 @@ class Loop:
         mix = self._demonstration_mix(index, len(samples))
         try:
             result = learn(self.store, mix.settings, self.engine, rollouts, samples, run_id=self.run.id,
-                           iteration=index, steps=self.settings.loop.train_steps, demonstrations=mix.samples)
+                           iteration=index, steps=self.settings.loop.train_steps, demonstrations=mix.samples,
+                           should_stop=self.practice.stopping.is_set)
         except ApplianceError as e:  # a failed sync keeps the old weights serving; the run goes on
             self._check_stopping("training")
             self.event("error", f"iteration {index}: training did not produce new weights: {e.message}")

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Protocol
 
 from appliance.config import Settings
+from appliance.errors import Interrupted
 from appliance.schemas import Checkpoint, Event, Rollout, Sample
 from appliance.store import Store
 from appliance.training.advantages import GroupedBatch, build_groups
@@ -91,11 +92,13 @@ def split_groups(batch: GroupedBatch, steps: int) -> list[GroupedBatch]:
 
 def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: list[Rollout], samples: list[Sample],
           *, run_id: str | None, iteration: int | None, steps: int = 1,
-          demonstrations: list[Sample] | None = None) -> LearnResult:
+          demonstrations: list[Sample] | None = None, should_stop: Callable[[], bool] | None = None) -> LearnResult:
     """Train on the rollouts' samples while the engine is paused; returns the new policy version and metrics.
 
     `demonstrations` (appliance.demonstrations) are SFT-only samples, trained with the successes whatever
-    training.method says; they never enter the GRPO groups."""
+    training.method says; they never enter the GRPO groups. `should_stop` is asked between optimizer steps
+    of the in-process trainer: when it says yes the phase raises Interrupted, publishes nothing and leaves
+    the engine paused for the shutdown to stop (waking it would only delay the exit)."""
     from appliance.training.multiprocess import resolve_processes
     from appliance.training.sft import successful_samples
 
@@ -138,7 +141,7 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
     with _timed(timings, "pause_s"):
         engine.pause_for_training()
     note("engine paused for training", timings["pause_s"])
-    trainer, synced = None, False
+    trainer, synced, interrupted = None, False, False
     try:
         version = engine.policy_version + 1
         path = settings.checkpoints_dir / f"v{version}"
@@ -148,7 +151,7 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
             with _timed(timings, "load_s"):
                 trainer = PolicyTrainer(cfg, settings.model_path, resume_from=resume_from, resume_kind=resume_kind)
             with _timed(timings, "train_s"):
-                run_steps(trainer, sft_samples, parts, record)
+                run_steps(trainer, sft_samples, parts, record, should_stop)
             note("trained", timings["train_s"], steps=len(result.steps), global_step=global_step)
             with _timed(timings, "save_s"):
                 kind = trainer.save(path)
@@ -177,10 +180,14 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
             store.add_checkpoint(result.checkpoint)
         else:  # no step changed the weights: the policy is the one serving, no new version
             note("no update: no step had a token to learn from", 0.0, steps=len(result.steps))
+    except Interrupted:
+        interrupted = True
+        raise
     finally:
         if not synced:
             del trainer
             _free_memory()
+        if not synced and not interrupted:
             with _timed(timings, "resume_s"):
                 engine.resume()
             note("serving resumed without new weights", timings["resume_s"], policy_version=engine.policy_version)
@@ -189,7 +196,7 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
 
 
 def run_steps(trainer, sft_samples: list[Sample], parts: list[GroupedBatch],
-              record: Callable[[dict[str, float]], None]) -> None:
+              record: Callable[[dict[str, float]], None], should_stop: Callable[[], bool] | None = None) -> None:
     """The phase's optimizer work on one trainer: SFT first (it moves the policy toward its own successes,
     GRPO then sharpens), then one GRPO step per part; `record` gets each step's metrics as it ends.
 
@@ -206,8 +213,10 @@ def run_steps(trainer, sft_samples: list[Sample], parts: list[GroupedBatch],
         trainer.freeze_old_logps(parts)
         parts = trainer.assign_credit(parts)
     if sft_samples:
-        record(sft(trainer, sft_samples))
+        record(sft(trainer, sft_samples, should_stop))
     for part in parts:
+        if should_stop is not None and should_stop():
+            raise Interrupted("training ran into the shutdown")
         record(trainer.grpo_step(part))
 
 

@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from typing import Any
 
+from appliance.errors import Interrupted
 from appliance.schemas import Outcome, Rollout, Sample
 
 MIN_SHARED_PREFIX = 16  # shorter common prefixes are not worth a second forward call
@@ -138,8 +140,12 @@ def shared_prefix_nll(model: Any, samples: list[Sample], *, max_len: int, pad_id
     return nll, len(labels)
 
 
-def sft(policy: Any, samples: list[Sample]) -> dict[str, float]:
-    """Train `policy` (a `PolicyTrainer`) in place on `samples`; returns loss, steps and trained tokens."""
+def sft(policy: Any, samples: list[Sample], should_stop: Callable[[], bool] | None = None) -> dict[str, float]:
+    """Train `policy` (a `PolicyTrainer`) in place on `samples`; returns loss, steps and trained tokens.
+
+    `should_stop` is asked before each optimizer step: a warm-start SFT is twenty minutes on the CPU, and a
+    shutdown must not wait for it (Interrupted: the phase is redone from its last checkpoint at the next start).
+    """
     cfg = policy.cfg
     samples = [s for s in samples if trained_positions(s, cfg.max_seq_len)]
     if not samples:
@@ -158,6 +164,8 @@ def sft(policy: Any, samples: list[Sample]) -> dict[str, float]:
     model.train()
     losses, tokens = [], 0
     for batch in batches:
+        if should_stop is not None and should_stop():
+            raise Interrupted("training ran into the shutdown")
         step_tokens = sum(len(trained_positions(s, cfg.max_seq_len)) for s in batch)
         optimizer.zero_grad(set_to_none=True)
         step_loss = 0.0

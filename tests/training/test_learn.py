@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from appliance.errors import ApplianceError, EngineError
+from appliance.errors import ApplianceError, EngineError, Interrupted
 from appliance.testing import FakeEngine
 from appliance.training.advantages import build_groups
 from appliance.training.learn import learn, split_groups
@@ -73,6 +73,26 @@ def test_a_failed_training_resumes_serving(store, tiny_settings):
         learn(store, tiny_settings, engine, *practice({"a": [1.0, 0.0]}), run_id="run", iteration=0)
     assert engine.calls == ["pause", "resume"] and engine.serving
     assert store.events("run", kind="train")[-1].message == "serving resumed without new weights"
+
+
+@pytest.mark.slow
+def test_a_shutdown_stops_training_between_steps_and_publishes_nothing(store, tiny_settings):
+    # a warm-start SFT is twenty minutes on the CPU: SIGTERM must not wait for its end
+    engine = FakeEngine()
+    rollouts, samples = practice({"a": [1.0, 0.0], "b": [0.0, 1.0]})
+    tiny_settings.training.sft_batch_size = 1
+    asked: list[int] = []
+
+    def should_stop() -> bool:
+        asked.append(1)
+        return len(asked) > 1  # the first SFT step runs, the shutdown comes before the second
+
+    with pytest.raises(Interrupted):
+        learn(store, tiny_settings, engine, rollouts, samples, run_id="run", iteration=0,
+              demonstrations=samples[:3], should_stop=should_stop)
+    assert len(asked) == 2
+    assert engine.calls == ["pause"] and engine.policy_version == 0  # left paused for the shutdown to stop
+    assert store.latest_checkpoint("run") is None and not list(tiny_settings.checkpoints_dir.glob("v*"))
 
 
 def test_nothing_to_train_leaves_the_engine_serving(store, settings):
