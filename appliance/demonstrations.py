@@ -37,7 +37,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from appliance import episode_shapes
@@ -118,9 +118,20 @@ def demonstrate(settings: Settings, spec: TaskSpec, *, start: SandboxStarter | N
                                                                                          timeout))])
                 return result
 
-            if shape == "look":
-                turn(episode_shapes.look_command(spec.instruction), keep=lambda r: r.exit_code == 0)
-            elif shape == "recover" and (slip := episode_shapes.mistaken(spec.solution)):
+            hidden = [name for name in episode_shapes.unseen_names(spec.instruction, spec.solution)
+                      if sb.exec(f"test -e {shlex.quote(name)}", timeout=30).exit_code == 0]
+            if hidden and shape != "look":
+                # the look comes first; the shape's extra turn only where the turn limit leaves room for it
+                # (look, solution, DONE are three model calls, and the extra turn a fourth)
+                shape = shape if limits.max_turns >= 4 else "solve"
+            if shape == "look" or hidden:
+                def shows_every_hidden_name(r: Any) -> bool:
+                    return r.exit_code == 0 and all(PurePosixPath(n).name in r.stdout for n in hidden)
+
+                for look in episode_shapes.look_commands(spec.instruction, deep=bool(hidden)):
+                    if turn(look, keep=shows_every_hidden_name) is not None:
+                        break
+            if shape == "recover" and (slip := episode_shapes.mistaken(spec.solution)):
                 wrong, program = slip
                 if sb.exec(f"command -v {shlex.quote(program)}", timeout=30).exit_code != 0:  # truly no such program
                     turn(wrong, keep=lambda r: r.exit_code == 127, trained=False)

@@ -14,6 +14,11 @@ spread evenly over a pool):
              "command not found", exit 127); the whole solution; DONE. The mistaken turn stays in the
              context but is never trained (its tokens are masked out): the lesson is the next turn.
 
+Whatever its shape, an episode whose solution uses a file the request never names ("the only .csv file in
+this directory" is metrics.csv) looks first, with a look that shows that name: a demonstration must not
+teach the agent to know what it could only have found by looking. When the turn limit has no room for the
+look and the shape's extra turn, the extra turn goes.
+
 Every command really runs in the demonstration's sandbox and every observation is real; a look or check
 that fails, or a mistake that does not fail the way it should, is dropped from the episode, never shown.
 This module only decides the commands and the mask; `demonstrations.demonstrate` runs them.
@@ -58,6 +63,21 @@ def named_files(instruction: str) -> list[str]:
 def look_command(instruction: str) -> str:
     dirs = named_dirs(instruction)
     return f"ls -la {shlex.quote(dirs[0])}" if dirs else "ls -la"
+
+
+def unseen_names(instruction: str, solution: str) -> list[str]:
+    """File names the solution uses and the request does not give; the caller keeps those that exist
+    before the solution runs (an output the solution makes is not something to find)."""
+    return [name for name in named_files(solution) if name not in instruction]
+
+
+def look_commands(instruction: str, deep: bool) -> list[str]:
+    """Looks at the workspace, best first; `deep` adds a `find` for a name `ls` of the top does not show."""
+    dirs = named_dirs(instruction)
+    out = [look_command(instruction)]
+    if deep:
+        out.append(f"find {shlex.quote(dirs[0]) if dirs else '.'} -maxdepth 3 -not -path '*/.git/*'")
+    return out
 
 
 def check_candidates(instruction: str) -> list[str]:

@@ -20,6 +20,7 @@ from appliance.demonstrations import (
     spread_over_operations,
     to_demonstration,
 )
+from appliance.episode_shapes import unseen_names
 from appliance.harness.builtin import SYSTEM_PROMPT
 from appliance.schemas import Demonstration, ModelCall, Outcome, Rollout, RolloutStatus, Split, Task, TaskStatus
 from appliance.store import Store
@@ -77,6 +78,21 @@ def test_each_episode_shape_runs_real_turns_and_still_solves_the_task(sandbox_se
     demo = to_demonstration(recover.messages, task_of(spec), char_tokenize, untrained=recover.untrained)
     trained = "".join(chr(i) for i, m in zip(demo.token_ids, demo.mask) if m)
     assert trained == command_block(spec.solution) + FINISH  # the slip is context, never a target
+
+
+def test_an_episode_whose_solution_uses_an_unnamed_file_looks_first_whatever_its_shape(
+        sandbox_settings: Settings) -> None:
+    # "the only .log file in this directory" is worker.log: the demonstration must not know it unseen
+    spec = next(s for s in synthesize("text", 2, 3, seed="unseen0") if "the only ." in s.instruction)
+    hidden = [n for n in unseen_names(spec.instruction, spec.solution) if n in spec.files]
+    assert hidden
+    for shape in ("solve", "check"):
+        run = demonstrate(sandbox_settings, spec, shape=shape)
+        assert run.error is None and run.passed, run
+        said = [m["content"] for m in run.messages if m["role"] == "assistant"]
+        assert said[0].startswith("```bash\nls -la") and said[1] == command_block(spec.solution)
+        assert all(name in run.messages[3]["content"] for name in hidden)  # the look's real output shows it
+        assert len(said) == (3 if shape == "solve" else 4)
 
 
 def test_a_solution_that_fails_the_verifier_is_no_demonstration(sandbox_settings: Settings, store: Store) -> None:

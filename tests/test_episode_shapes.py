@@ -9,10 +9,12 @@ from appliance.episode_shapes import (
     check_candidates,
     check_target,
     look_command,
+    look_commands,
     mistaken,
     named_dirs,
     named_files,
     shape_of,
+    unseen_names,
     untrained_mask,
 )
 
@@ -59,3 +61,11 @@ def test_the_mistaken_turn_is_masked_out_and_a_mask_that_does_not_line_up_is_ref
     assert untrained_mask(mask, 3, {0}) == [0, 0, 0, 0, 0, 0, 1, 1, 1, 0, 1]
     assert untrained_mask(mask, 3, set()) == mask
     assert untrained_mask(mask, 2, {0}) is None
+
+
+def test_names_the_solution_uses_and_the_request_never_gives_are_unseen() -> None:
+    request = "Write the last 2 lines of the only .log file in this directory to recent.log."
+    assert unseen_names(request, "tail -n 2 worker.log > recent.log\n") == ["worker.log"]
+    assert unseen_names("Reverse plan.txt into reversed.txt.", "tac plan.txt > reversed.txt") == []
+    assert look_commands(request, deep=False) == ["ls -la"]
+    assert look_commands("Tidy logs/ up.", deep=True) == ["ls -la logs", "find logs -maxdepth 3 -not -path '*/.git/*'"]

@@ -27,6 +27,7 @@ Hand-written generators' tasks get operation "<family>.<variant>".
 from __future__ import annotations
 
 import random
+import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -166,11 +167,17 @@ def draw_case(o: Op, rng: random.Random, trap: str | None, phrasing: str = "") -
         case.solution = f"mkdir -p {ctx.outdir}\n" + case.solution
     # Sometimes the input is not named at all: "the only .csv file here" (when it is the only one).
     shown = case.facts.get("src")
-    if shown and trap != "gzip" and rng.random() < 0.25 and "{src}'s" not in phrasing:
+    if shown and trap != "gzip" and rng.random() < 0.25 and _describable(phrasing):
         ext = PurePosixPath(shown).suffix
         if ext and "/" not in shown and sum(1 for n in case.files if n.endswith(ext)) == 1:
             case.facts["src"] = f"the only {ext} file in this directory"
     return case
+
+
+def _describable(phrasing: str) -> bool:
+    """Whether {src} can be replaced by a description: it appears once and on its own. "{src}.gz", "{d}/{src}",
+    "{src}'s" and a second "{src}" would read "the only .log file in this directory.gz"."""
+    return phrasing.count("{src}") == 1 and not re.search(r"\{src\}(?:\.\w|['\w])|[/\w]\{src\}", phrasing)
 
 
 def render(o: Op, phrasing: int, level: int, rng: random.Random, *, trap: str | None = None,
