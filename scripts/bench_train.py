@@ -1,6 +1,7 @@
 """Benchmark one LEARN phase on the CPU: where a training step's time goes, and tokens per second.
 
     scripts/bench train [--groups 2] [--group-size 4] [--tokens 128] [--full] [--model PATH] [--processes N]
+    scripts/bench train --memory [--methods grpo ppo] [--tokens 512]
 
 Runs one LEARN phase of one GRPO step on synthetic multi-turn samples for the bundled
 SmolLM2-135M-Instruct, time-sliced with the fake
@@ -23,6 +24,11 @@ completions of the bundled model at `--temperature` through the real engine, the
 tokens with the trainer at T=1 (what the trainer computed before issue 15) and at the sampling
 temperature (now). The engine serves processed logprobs, i.e. the behaviour policy's; the mean absolute
 difference per token is the true engine/trainer gap the importance ratio corrects.
+
+`--memory`: one LEARN phase of two steps per method (`--methods`, default grpo and ppo), each in a child
+process of its own, on the same samples; prints each child's peak resident memory (the whole process: the
+model, the trainer, the optimizer states, the critic's value head when the method has one) and the ratio of
+each to the first method's, measured in the same run.
 
 Baseline, measured in the same run on the same batch: a plain forward + backward + AdamW step of the
 model with a masked cross-entropy (no importance sampling, no statistics). Our step and the baseline run
@@ -158,6 +164,45 @@ def signal_report(phases: int, groups: int, size: int, pass_rate: float, steps: 
             "steps_asked": steps, "extra_draws": extra_draws, "before": before, "after": after}
 
 
+def memory_child(args: argparse.Namespace) -> dict:
+    """One LEARN phase of two steps with training.method = args.memory_child (run in a child of --memory)."""
+    with tempfile.TemporaryDirectory(prefix="bench-train-") as home:
+        settings = load_settings(environ={"APPLIANCE_HOME": home})
+        settings.engine.model = args.model or load_settings().model_path
+        settings.training.method = args.memory_child
+        rollouts, samples = practice(args.groups, args.group_size, args.tokens, 0)
+        t0 = time.perf_counter()
+        result = learn(Store(settings.db_path), settings, FakeEngine(), rollouts, samples, run_id="bench",
+                       iteration=0, steps=2)
+        value_head = Path(home) / "checkpoints" / "v1" / "trainer" / "value_head.pt"
+        return {"phase_wall_s": round(time.perf_counter() - t0, 2), "steps": len(result.steps),
+                "value_head_bytes": value_head.stat().st_size if value_head.exists() else 0,
+                "micro_batch_size": settings.training.micro_batch_size, "dtype": settings.training.dtype}
+
+
+def memory_report(args: argparse.Namespace) -> dict:
+    """Peak resident memory of one LEARN phase per method, each in a fresh child process."""
+    import os
+    import subprocess
+
+    out: dict = {"samples": args.groups * args.group_size, "tokens_per_sample": args.tokens, "methods": {}}
+    for method in args.methods:
+        cmd = [sys.executable, __file__, "--memory-child", method, "--groups", str(args.groups),
+               "--group-size", str(args.group_size), "--tokens", str(args.tokens)]
+        if args.model:
+            cmd += ["--model", str(args.model)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        stdout = proc.stdout.read() if proc.stdout else ""
+        _, status, usage = os.wait4(proc.pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            sys.exit(f"the {method} phase failed (exit {os.waitstatus_to_exitcode(status)})")
+        out["methods"][method] = {**json.loads(stdout.strip().splitlines()[-1]),
+                                  "peak_rss_mb": round(usage.ru_maxrss / 1024, 1)}  # ru_maxrss is KiB on Linux
+    first = out["methods"][args.methods[0]]["peak_rss_mb"]
+    out["peak_rss_vs_" + args.methods[0]] = {m: round(v["peak_rss_mb"] / first, 3) for m, v in out["methods"].items()}
+    return out
+
+
 def gap_report(settings, samples_n: int, temperature: float, tokens: int) -> dict:
     """The true engine/trainer gap at the sampling temperature, against the real CPU engine."""
     import httpx
@@ -216,7 +261,16 @@ def main() -> None:
     p.add_argument("--gap", action="store_true", help="also measure the true engine/trainer gap (starts vLLM)")
     p.add_argument("--gap-samples", type=int, default=8)
     p.add_argument("--temperature", type=float, default=None, help="sampling temperature (default harness.temperature)")
+    p.add_argument("--memory", action="store_true", help="peak memory of one LEARN phase per method (child processes)")
+    p.add_argument("--methods", nargs="+", default=["grpo", "ppo"], help="training.method values for --memory")
+    p.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)  # one --memory measurement
     args = p.parse_args()
+    if args.memory:
+        print(json.dumps(memory_report(args), indent=2))
+        return
+    if args.memory_child:
+        print(json.dumps(memory_child(args)))
+        return
     defaults = load_settings()
     extra = defaults.loop.extra_draws if args.extra_draws is None else args.extra_draws
     signal = signal_report(args.phases, args.signal_groups, args.group_size, args.pass_rate, args.steps, extra, 0)
