@@ -97,7 +97,7 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
 
     `demonstrations` (appliance.demonstrations) are SFT-only samples, trained with the successes whatever
     training.method says; they never enter the GRPO groups. `should_stop` is asked between optimizer steps
-    of the in-process trainer: when it says yes the phase raises Interrupted, publishes nothing and leaves
+    of the in-process trainer, and every second while workers train: when it says yes the phase raises Interrupted, publishes nothing and leaves
     the engine paused for the shutdown to stop (waking it would only delay the exit)."""
     from appliance.training.multiprocess import resolve_processes
     from appliance.training.sft import successful_samples
@@ -162,7 +162,7 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
             from appliance.training.multiprocess import train_in_workers
 
             out = train_in_workers(settings, processes, resume_from=resume_from, resume_kind=resume_kind,
-                                   sft_samples=sft_samples, parts=parts, save_to=path)
+                                   sft_samples=sft_samples, parts=parts, save_to=path, should_stop=should_stop)
             for step in out.steps:
                 record(step)
             kind = out.kind

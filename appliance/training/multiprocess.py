@@ -32,12 +32,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from appliance.config import Settings, TrainingSettings
-from appliance.errors import ApplianceError, WorkerError  # WorkerError importable from here as before
+from appliance.errors import ApplianceError, Interrupted, WorkerError  # WorkerError importable from here as before
 from appliance.schemas import Sample
 from appliance.training.advantages import GroupedBatch
 
@@ -116,8 +117,12 @@ def worker_environment(processes: int) -> dict[str, str]:
 
 
 def train_in_workers(settings: Settings, processes: int, *, resume_from: Path | None, resume_kind: str | None,
-                     sft_samples: list[Sample], parts: list[GroupedBatch], save_to: Path) -> WorkerResult:
-    """Run the phase's SFT and GRPO steps in `processes` workers; rank 0 saves to `save_to`."""
+                     sft_samples: list[Sample], parts: list[GroupedBatch], save_to: Path,
+                     should_stop: Callable[[], bool] | None = None) -> WorkerResult:
+    """Run the phase's SFT and GRPO steps in `processes` workers; rank 0 saves to `save_to`.
+
+    `should_stop` is asked every second while they run: when it says yes the workers are killed and
+    Interrupted is raised (a shutdown does not wait for the phase; nothing was saved that counts)."""
     logs = settings.home / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / "trainer.log"
@@ -143,7 +148,9 @@ def train_in_workers(settings: Settings, processes: int, *, resume_from: Path | 
             proc = subprocess.Popen(cmd, env=worker_environment(processes), stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
             try:
-                code = proc.wait()
+                while (code := _wait(proc, 1.0)) is None:
+                    if should_stop is not None and should_stop():
+                        raise Interrupted("training ran into the shutdown")
             finally:
                 _stop(proc, job_dir)
             wall = time.perf_counter() - t0
@@ -158,6 +165,13 @@ def train_in_workers(settings: Settings, processes: int, *, resume_from: Path | 
         return WorkerResult(data["steps"], data["kind"], data["timings"], wall)
     finally:
         shutil.rmtree(job_dir, ignore_errors=True)
+
+
+def _wait(proc: subprocess.Popen, seconds: float) -> int | None:
+    try:
+        return proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def _stop(proc: subprocess.Popen, job_dir: Path) -> None:

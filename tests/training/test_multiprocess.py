@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from appliance.config import TrainingSettings
-from appliance.errors import ApplianceError
+from appliance.errors import ApplianceError, Interrupted
 from appliance.testing import FAILING_TRAIN_WORKER, FakeEngine
 from appliance.training import multiprocess
 from appliance.training.advantages import build_groups
@@ -151,6 +151,24 @@ def test_a_failing_worker_is_an_error_with_its_log_and_leaves_nothing_running(st
     assert store.latest_checkpoint("run") is None and not store.metric_series("run", "loss")
     assert not job_processes(tiny_settings.home)
     assert not list(tiny_settings.home.glob("train-job-*"))
+
+
+@pytest.mark.slow
+def test_a_shutdown_stops_the_workers_and_publishes_nothing(store, tiny_settings):
+    tiny_settings.training.processes = 2
+    engine = FakeEngine()
+    asked: list[int] = []
+
+    def should_stop() -> bool:
+        asked.append(1)
+        return len(asked) > 2  # the workers are up and running for a couple of seconds first
+
+    groups = {f"g{i}": [1.0, 0.0] for i in range(2000)}  # minutes of steps: only the stop ends it
+    with pytest.raises(Interrupted):
+        learn(store, tiny_settings, engine, *practice(groups), run_id="run", iteration=0, steps=2000,
+              should_stop=should_stop)
+    assert engine.calls == ["pause"] and store.latest_checkpoint("run") is None
+    assert not job_processes(tiny_settings.home) and not list(tiny_settings.home.glob("train-job-*"))
 
 
 PARENT = """
