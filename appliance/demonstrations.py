@@ -128,8 +128,9 @@ def demonstrate(settings: Settings, spec: TaskSpec, *, start: SandboxStarter | N
                 def shows_every_hidden_name(r: Any) -> bool:
                     return r.exit_code == 0 and all(PurePosixPath(n).name in r.stdout for n in hidden)
 
+                # a look the solution needs is a lesson; one it does not is context only (see episode_shapes)
                 for look in episode_shapes.look_commands(spec.instruction, deep=bool(hidden)):
-                    if turn(look, keep=shows_every_hidden_name) is not None:
+                    if turn(look, keep=shows_every_hidden_name, trained=bool(hidden)) is not None:
                         break
             if shape == "recover" and (slip := episode_shapes.mistaken(spec.solution)):
                 wrong, program = slip
@@ -141,7 +142,7 @@ def demonstrate(settings: Settings, spec: TaskSpec, *, start: SandboxStarter | N
                     target = episode_shapes.check_target(check)
                     if target and sb.exec(f"test -e {shlex.quote(target)}", timeout=30).exit_code != 0:
                         continue
-                    if turn(check, keep=lambda r: r.exit_code == 0 and not r.timed_out) is not None:
+                    if turn(check, keep=lambda r: r.exit_code == 0 and not r.timed_out, trained=False) is not None:
                         break
         messages.append({"role": "assistant", "content": FINISH})
         verdict = verify_workspace(settings, spec, workspace, start=start)

@@ -14,6 +14,12 @@ spread evenly over a pool):
              "command not found", exit 127); the whole solution; DONE. The mistaken turn stays in the
              context but is never trained (its tokens are masked out): the lesson is the next turn.
 
+Only the turns that move the task on are trained: the solution, a look the solution needs (below), the
+turn after a slip, DONE. An optional look or check stays in the context as the slip does, but its tokens
+are masked out. Trained, they displaced the work: after SFT on such episodes 8 of the first 23 practice
+rollouts (training tasks, policy v1) ran only looks (`ls -la`, `head`) and said DONE, against 1 of 200
+when every demonstration was one command then DONE (counted over the store's model calls; issue 16).
+
 Whatever its shape, an episode whose solution uses a file the request never names ("the only .csv file in
 this directory" is metrics.csv) looks first, with a look that shows that name: a demonstration must not
 teach the agent to know what it could only have found by looking. When the turn limit has no room for the

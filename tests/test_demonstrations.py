@@ -73,6 +73,7 @@ def test_each_episode_shape_runs_real_turns_and_still_solves_the_task(sandbox_se
     assert said["check"][:1] == said["plain"][:1] and len(said["check"]) == 3
     assert check.messages[-2]["content"].startswith("exit code 0")  # the check succeeded, then DONE
     assert recover.untrained == (0,) and said["recover"][1:] == said["plain"]
+    assert look.untrained == (0,) and check.untrained == (1,)  # optional looks are context, not lessons
     assert recover.messages[3]["content"].startswith("exit code 127") and "command not found" in recover.messages[3][
         "content"]
     demo = to_demonstration(recover.messages, task_of(spec), char_tokenize, untrained=recover.untrained)
@@ -93,6 +94,7 @@ def test_an_episode_whose_solution_uses_an_unnamed_file_looks_first_whatever_its
         assert said[0].startswith("```bash\nls -la") and said[1] == command_block(spec.solution)
         assert all(name in run.messages[3]["content"] for name in hidden)  # the look's real output shows it
         assert len(said) == (3 if shape == "solve" else 4)
+        assert 0 not in run.untrained  # this look is needed: it is trained
 
 
 def test_a_solution_that_fails_the_verifier_is_no_demonstration(sandbox_settings: Settings, store: Store) -> None:

@@ -194,7 +194,9 @@ class TrainingSettings(Section):
         ["solve", "look", "check", "recover"], min_length=1,
         description="Episode shapes of reference demonstrations, one per task (a hash of its id picks it): 'solve' "
         "= the solution then DONE; 'look' = ls first; 'check' = a look at the result before DONE; 'recover' = a "
-        "misspelled first command (exit 127, masked out of the loss) and then the solution. ['solve'] alone "
+        "misspelled first command (exit 127) and then the solution. The optional look, the check and the slip "
+        "are context, masked out of the loss; a look the solution needs (a file the request does not name) is "
+        "trained, whatever the shape. ['solve'] alone "
         "teaches 'one command, then DONE' whatever the command printed (see appliance/episode_shapes.py).")
 
 
