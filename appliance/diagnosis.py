@@ -10,6 +10,7 @@ with `schemas.FailureMode.read`); an infra error is counted by the first word of
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -113,6 +114,7 @@ def build_report(store: Store, run_id: str, iteration: int,
     report["model"] = _model(store, run_id, report["policy_version"])
     report["band_levels"] = band_levels(tasks.values(), iteration)
     report["capability"] = capability(store, train_rollouts, tasks)
+    report["habits"] = habits(store, train_rollouts)
     report["demonstrations"] = store.demonstration_counts(run_id)
     proposed = [t for t in tasks.values() if t.source == "self_proposed" and t.split == "train"]
     report["self_proposal"] = {"proposed": len(proposed), **Counter(str(t.status) for t in proposed)}
@@ -156,6 +158,50 @@ def _first_command(store: Store, rollout_id: str) -> str | None:
             if command:
                 return " ".join(command.split())[:120]
     return None
+
+
+# Programs that only read the workspace: a command made of these alone (no redirection, no find action)
+# looks, it does not act. An episode of looks alone has done nothing the task asked for.
+READ_ONLY = frozenset({"ls", "cat", "head", "tail", "wc", "pwd", "file", "stat", "tree", "find", "less", "more"})
+_FIND_ACTIONS = ("-delete", "-exec", "-execdir", "-ok", "-fprint", "-fls")
+
+
+def is_look(command: str) -> bool:
+    """Whether a command only reads: every program of its pipeline read-only, nothing redirected."""
+    if ">" in command or any(a in command.split() for a in _FIND_ACTIONS):
+        return False
+    programs = [part.split()[0] for part in re.split(r"\|\||&&|[|;\n]", command) if part.split()]
+    return bool(programs) and all(p in READ_ONLY for p in programs)
+
+
+def habits(store: Store, rollouts: list[Rollout]) -> dict[str, Any]:
+    """How the agent works, over finished practice rollouts of the built-in harness's format: how often it
+    says DONE right after a command failed, and how many episodes only looked and never acted."""
+    from appliance.harness.actions import observed_exit_code, parse_action
+
+    done_after_error = turns_after_error = only_looks = commands = episodes = 0
+    for r in rollouts:
+        if r.purpose != "train" or r.outcome in (None, Outcome.INFRA_ERROR):
+            continue
+        calls = store.model_calls(r.id)
+        said = []
+        for call in calls:
+            try:
+                said.append(parse_action(call.response["choices"][0]["message"]) if call.response else None)
+            except (KeyError, IndexError, TypeError):
+                said.append(None)
+        ran = [a.command for a in said if a is not None and a.command]
+        episodes += 1
+        commands += len(ran)
+        only_looks += bool(ran) and all(is_look(c) for c in ran)
+        for call, action in zip(calls[1:], said[1:], strict=False):
+            last = (call.request.get("messages") or [{}])[-1]
+            code = observed_exit_code(str(last.get("content") or "")) if last.get("role") in ("user", "tool") else None
+            if code not in (None, 0):
+                turns_after_error += 1
+                done_after_error += action is not None and action.submit and not action.command
+    return {"episodes": episodes, "commands_mean": commands / episodes if episodes else 0.0,
+            "only_looks": only_looks, "turns_after_error": turns_after_error, "done_after_error": done_after_error}
 
 
 def capability(store: Store, rollouts: list[Rollout], tasks: dict[str, Any], *,
@@ -246,6 +292,13 @@ def render_markdown(report: dict[str, Any]) -> str:
     if report["failure_modes"]:
         lines += ["", "## Failure modes", ""]
         lines += [f"- {m}: {n}" for m, n in sorted(report["failure_modes"].items(), key=lambda kv: -kv[1])]
+    h = report.get("habits") or {}
+    if h.get("episodes"):
+        after = (f"{h['done_after_error']} of {h['turns_after_error']} turns right after a failed command said DONE"
+                 if h["turns_after_error"] else "no command failed")
+        lines += ["", "## Habits (practice)", "",
+                  f"- {h['commands_mean']:.1f} commands per episode; {h['only_looks']} of {h['episodes']} episodes "
+                  "only looked (ls, cat, head, ...) and never acted", f"- {after}"]
     if report["regressions"]:
         lines += ["", "## Regressions", ""]
         lines += [f"- {r['family']} L{r['difficulty']}: {r['before']:.0%} → {r['after']:.0%}" for r in report["regressions"]]

@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from appliance.config import load_settings  # noqa: E402
+from appliance.diagnosis import habits  # noqa: E402
 from appliance.evaluate import learning_curve  # noqa: E402
 from appliance.store import Store  # noqa: E402
 
@@ -56,6 +57,12 @@ def report(home: Path) -> int:
         print("levels:", json.dumps(rep.get("levels")), "mastered:", json.dumps(rep.get("mastered")))
         print("demonstrations:", json.dumps(rep.get("demonstrations")),
               "self-proposal:", json.dumps(rep.get("self_proposal")))
+    for it in sorted({i.index for i in store.iterations(run.id)}):
+        h = habits(store, store.rollouts(run.id, iteration=it, purpose="train"))
+        if h["episodes"]:
+            print(f"habits in iteration {it}'s practice: {h['commands_mean']:.2f} commands per episode, "
+                  f"{h['only_looks']}/{h['episodes']} episodes only looked, "
+                  f"DONE right after a failed command {h['done_after_error']}/{h['turns_after_error']}")
     replays = sum((t.spec.get("meta") or {}).get("round") == "replay" for t in store.tasks(run.id))
     print(f"replayed tasks: {replays}")
     store.close()

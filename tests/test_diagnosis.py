@@ -129,3 +129,34 @@ def test_capability_is_computed_per_operation_and_the_analysis_is_gated(store: S
     assert analysis_quality("I am weakest at git branches and should practise merges next.", ["text", "data"]) \
         == "it names no task family it practised"
     assert analysis_quality("I fail wc-lines in text tasks: I write the example command instead.", ["text"]) is None
+
+
+def test_habits_count_done_right_after_a_failed_command_and_episodes_that_only_look(store: Store) -> None:
+    from appliance.diagnosis import is_look
+    from appliance.harness.actions import format_observation
+    from appliance.sandbox.shell import ExecResult
+    from appliance.schemas import ModelCall
+
+    def episode(rid: str, outcome: Outcome, turns: list[tuple[str, int | None]]) -> None:
+        """turns: (what the agent said, exit code of its command or None for DONE)"""
+        _finish(store, rid, "t1", outcome)
+        messages: list[dict] = [{"role": "user", "content": "Task: ..."}]
+        for seq, (said, code) in enumerate(turns):
+            store.add_model_call(ModelCall(None, rid, seq, "ok", {"messages": list(messages)},
+                                           {"choices": [{"message": {"role": "assistant", "content": said}}]},
+                                           [1], [2], [-0.1], 1, 0.0))
+            messages.append({"role": "assistant", "content": said})
+            if code is not None:
+                messages.append({"role": "user", "content": format_observation(ExecResult(code, "", "oops", 0.1), 2000)})
+
+    store.create_run("r", {})
+    store.add_task(Task("t1", "r", "files", 2, "procedural", Split.TRAIN, TaskStatus.PROPOSED, {}))
+    episode("a", Outcome.FAILURE, [("```bash\nzipp -r a.zip a\n```", 127), ("DONE", None)])
+    episode("b", Outcome.SUCCESS, [("```bash\nsort x > y\n```", 2), ("```bash\nsort -o y x\n```", 0), ("DONE", None)])
+    episode("c", Outcome.FAILURE, [("```bash\nls -la\n```", 0), ("```bash\nhead -n 5 x | wc -l\n```", 0), ("DONE", None)])
+    report, md = build_report(store, "r", 1)
+    assert report["habits"] == {"episodes": 3, "commands_mean": 5 / 3, "only_looks": 1, "turns_after_error": 2,
+                                "done_after_error": 1}
+    assert "1 of 2 turns right after a failed command said DONE" in md and "1 of 3 episodes only looked" in md
+    assert is_look("find . -name '*.txt'") and not is_look("find . -name '*.tmp' -delete")
+    assert not is_look("cat a > b") and not is_look("ls && rm x")

@@ -131,6 +131,12 @@ def truncate(text: str, limit: int) -> str:
     return f"{text[:head]}\n[... {len(text) - limit} characters omitted ...]\n{text[-tail:]}"
 
 
+def observed_exit_code(observation: str) -> int | None:
+    """The exit code an observation of `format_observation` reports; None for any other text."""
+    m = re.search(r"^exit code (-?\d+)$", observation[:400], re.M)
+    return int(m.group(1)) if m else None
+
+
 def format_observation(result: Any, limit: int, timeout: float | None = None) -> str:
     """What the model sees after a command: exit code, stdout, stderr, and why it stopped if it timed out."""
     parts = []
