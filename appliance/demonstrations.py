@@ -120,24 +120,29 @@ def demonstrate(settings: Settings, spec: TaskSpec, *, start: SandboxStarter | N
 
             hidden = [name for name in episode_shapes.unseen_names(spec.instruction, spec.solution)
                       if sb.exec(f"test -e {shlex.quote(name)}", timeout=30).exit_code == 0]
-            if hidden and shape != "look":
-                # the look comes first; the shape's extra turn only where the turn limit leaves room for it
-                # (look, solution, DONE are three model calls, and the extra turn a fourth)
-                shape = shape if limits.max_turns >= 4 else "solve"
+            first_attempt = str(spec.meta.get("first_attempt") or "")
+
+            def room(commands: int) -> bool:
+                """Whether `commands` more command turns, then DONE, fit the turn limit."""
+                return sum(m["role"] == "assistant" for m in messages) + commands + 1 <= limits.max_turns
+
             if shape == "look" or hidden:
                 def shows_every_hidden_name(r: Any) -> bool:
                     return r.exit_code == 0 and all(PurePosixPath(n).name in r.stdout for n in hidden)
 
                 # a look the solution needs is a lesson; one it does not is context only (see episode_shapes)
                 for look in episode_shapes.look_commands(spec.instruction, deep=bool(hidden)):
-                    if turn(look, keep=shows_every_hidden_name, trained=bool(hidden)) is not None:
+                    if room(2) and turn(look, keep=shows_every_hidden_name, trained=bool(hidden)) is not None:
                         break
-            if shape == "recover" and (slip := episode_shapes.mistaken(spec.solution)):
+            if first_attempt and room(2):
+                # a trapped task: the obvious attempt really fails (context), and the solution reads the error
+                turn(first_attempt, keep=lambda r: r.exit_code != 0 and not r.timed_out, trained=False)
+            elif shape == "recover" and room(2) and (slip := episode_shapes.mistaken(spec.solution)):
                 wrong, program = slip
                 if sb.exec(f"command -v {shlex.quote(program)}", timeout=30).exit_code != 0:  # truly no such program
                     turn(wrong, keep=lambda r: r.exit_code == 127, trained=False)
             result = turn(spec.solution)  # parsed back to itself above, and always kept
-            if shape == "check" and result.exit_code == 0:
+            if shape == "check" and result.exit_code == 0 and room(1):
                 for check in episode_shapes.check_candidates(spec.instruction):
                     target = episode_shapes.check_target(check)
                     if target and sb.exec(f"test -e {shlex.quote(target)}", timeout=30).exit_code != 0:

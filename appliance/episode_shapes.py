@@ -20,6 +20,11 @@ are masked out. Trained, they displaced the work: after SFT on such episodes 8 o
 rollouts (training tasks, policy v1) ran only looks (`ls -la`, `head`) and said DONE, against 1 of 200
 when every demonstration was one command then DONE (counted over the store's model calls; issue 16).
 
+Whatever its shape, a trapped task whose family records the obvious attempt the trap makes fail
+(`spec.meta["first_attempt"]`: the solution without `gunzip -k` or `mkdir -p`, or with the spaced name
+unquoted) shows that attempt failing for real (context, masked), then the solution: the error it must read
+is one the agent will meet, not a made-up slip.
+
 Whatever its shape, an episode whose solution uses a file the request never names ("the only .csv file in
 this directory" is metrics.csv) looks first, with a look that shows that name: a demonstration must not
 teach the agent to know what it could only have found by looking. When the turn limit has no room for the

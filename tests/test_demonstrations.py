@@ -97,6 +97,17 @@ def test_an_episode_whose_solution_uses_an_unnamed_file_looks_first_whatever_its
         assert 0 not in run.untrained  # this look is needed: it is trained
 
 
+def test_a_trapped_task_shows_its_obvious_attempt_failing_then_the_solution(sandbox_settings: Settings) -> None:
+    # "Delete every line containing dentist from inventory.txt" where only inventory.txt.gz is there
+    spec = next(s for s in synthesize("text", 3, 4, seed="trap0") if s.meta.get("trap") == "gzip")
+    run = demonstrate(sandbox_settings, spec)
+    assert run.error is None and run.passed, run
+    said = [m["content"] for m in run.messages if m["role"] == "assistant"]
+    assert said == [command_block(spec.meta["first_attempt"]), command_block(spec.solution), FINISH]
+    assert not run.messages[3]["content"].startswith("exit code 0") and "No such file" in run.messages[3]["content"]
+    assert run.untrained == (0,)  # the mistake is context; reading the error and fixing it is the lesson
+
+
 def test_a_solution_that_fails_the_verifier_is_no_demonstration(sandbox_settings: Settings, store: Store) -> None:
     good = synthesize("files", 2, 1, seed="demo")[0]
     bad = synthesize("pipeline", 2, 1, seed="demo")[0]

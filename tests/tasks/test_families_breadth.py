@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import shlex
 from collections import Counter
 
 import pytest
@@ -96,6 +97,12 @@ def test_generic_traps_do_what_they_say() -> None:
                 assert "gzip -n" in spec.setup and spec.solution.startswith("gunzip -k"), o.name
             elif trap == "missing-dir":
                 assert spec.solution.startswith("mkdir -p "), o.name
+            if trap in ("gzip", "missing-dir"):  # the obvious attempt is the solution without the trap's fix
+                assert spec.meta["first_attempt"] and spec.solution.rstrip().endswith(spec.meta["first_attempt"].rstrip()), o.name
+            if trap == "spaces" and "first_attempt" in spec.meta:
+                spaced = next(p for p in spec.files if " " in p)
+                quoted = shlex.quote(spaced)  # the attempt leaves out the quotes the solution has
+                assert quoted in spec.solution and quoted not in spec.meta["first_attempt"], o.name
             elif trap == "absent":
                 assert f"`{o.absent}`" in spec.instruction, o.name
     assert set(GENERIC_TRAPS) <= set(found) and sum(found.values()) >= 100

@@ -54,6 +54,9 @@ class Case:
     setup: str = ""
     partial: str = ""  # the start of the reference command for the `partial` hint (default: derived)
     protected: list[str] = field(default_factory=list)
+    # the obvious attempt that a generic trap makes fail (the solution before the trap's fix); a
+    # demonstration shows it failing, then the solution (spec.meta["first_attempt"])
+    first_attempt: str = ""
 
 
 @dataclass(frozen=True)
@@ -159,11 +162,18 @@ def draw_case(o: Op, rng: random.Random, trap: str | None, phrasing: str = "") -
     src = case.facts.get("src")
     if trap == "gzip":
         assert src in case.files, f"{o.name}: the gzip trap needs facts['src'] to be a workspace file"
+        case.first_attempt = case.solution
         case.setup += f"gzip -n -- {q(src)}\n"
         case.solution = f"gunzip -k -- {q(src + '.gz')}\n" + case.solution  # the request still names src
+    if trap == "spaces":  # the obvious attempt leaves the name unquoted: the shell splits it in two
+        attempt = case.solution
+        for name in (n for n in case.files if " " in n):
+            attempt = attempt.replace(q(name), name)
+        case.first_attempt = attempt if attempt != case.solution else ""
     if trap == "spaces":  # written as a person would: in quotes, so the prose stays readable
         case.facts = {k: f'"{v}"' if " " in v and v in case.files else v for k, v in case.facts.items()}
     if ctx.outdir:
+        case.first_attempt = case.first_attempt or case.solution
         case.solution = f"mkdir -p {ctx.outdir}\n" + case.solution
     # Sometimes the input is not named at all: "the only .csv file here" (when it is the only one).
     shown = case.facts.get("src")
@@ -200,7 +210,9 @@ def render(o: Op, phrasing: int, level: int, rng: random.Random, *, trap: str | 
             text += f"\n\nHint: the command starts like this: `{case.partial}`"
         return make(o.family, level, o.name, instruction=text, files=case.files, verify=case.verify,
                     solution=case.solution, setup=case.setup, protected=case.protected,
-                    max_turns=4 + 2 * level + (2 if trap else 0), meta=_meta(o, phrasing, trap, h))
+                    max_turns=4 + 2 * level + (2 if trap else 0),
+                    meta={**_meta(o, phrasing, trap, h), **({"first_attempt": case.first_attempt}
+                                                            if case.first_attempt else {})})
 
     bare = spec(None)
     out = bare if hint is None else spec(hint)
