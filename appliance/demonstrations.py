@@ -12,12 +12,7 @@ exactly like a rollout's; only a passing conversation becomes a demonstration.
     demo = to_demonstration(run, spec, chat_tokenizer(settings.model_path), run_id=..., task_id=...)
     store.add_demonstration(demo)
 
-Hindsight relabelling (`relabel_hindsight`): a successful rollout of a hinted task (the families' hint
-ladder puts the rung in `spec.meta["hint"]`: "tool" or "partial") becomes a demonstration of the bare
-request: the same answers and observations, under the unhinted instruction. That instruction is
-`spec.meta["unhinted_instruction"]` when the task carries it, else the request without the ladder's
-"\n\nHint: ..." suffix, else the same task drawn again with no hint from `meta` split, seed and index
-(accepted only when its id is `meta["request_id"]`).
+Hindsight relabelling (a hinted success as a demonstration of the bare request) is `appliance.hindsight`.
 
 Demonstrations are training data for SFT only. Their ids come from the served model's chat template
 (re-tokenized text, with the template's generation markers as the assistant mask), so they are stored
@@ -46,15 +41,13 @@ from appliance.errors import ApplianceError
 from appliance.harness.actions import format_observation, parse_action
 from appliance.harness.base import Limits
 from appliance.harness.builtin import first_messages, observation_messages
-from appliance.schemas import Demonstration, Outcome, Sample, Split, Task, TaskStatus
+from appliance.schemas import Demonstration, Sample, Split, Task, TaskStatus
 from appliance.store import Store
 from appliance.tasks import TaskSpec, verify_workspace
 from appliance.tasks.validate import SandboxStarter, write_workspace
 
 REFERENCE, HINDSIGHT, SUCCESS = "reference", "hindsight", "success"
 FINISH = "DONE"  # the finishing turn the system prompt teaches
-HINT_MARK = "\n\nHint: "  # how the families' hint ladder appends a hint to the request
-HINT, UNHINTED = "hint", "unhinted_instruction"  # spec.meta: the hint rung ("tool", "partial"; None = bare request)
 
 # messages -> (input_ids, assistant mask), with the served model's chat template
 ChatTokenizer = Callable[[list[dict[str, Any]]], tuple[list[int], list[int]]]
@@ -256,75 +249,6 @@ def demonstrate_tasks(settings: Settings, store: Store, tasks: Iterable[Task], t
                     continue
                 out.added += store.add_demonstration(demo)
     return out
-
-
-def conversation(store: Store, rollout_id: str) -> list[dict[str, Any]] | None:
-    """A finished rollout's conversation as the harness saw it: the last answered request plus its answer."""
-    calls = [c for c in store.model_calls(rollout_id) if c.status == "ok" and c.response]
-    if not calls:
-        return None
-    last = calls[-1]
-    try:
-        message = (last.response or {})["choices"][0]["message"]
-    except (KeyError, IndexError, TypeError):
-        return None
-    kept = {"role": "assistant", "content": message.get("content")}
-    if message.get("tool_calls"):
-        kept["tool_calls"] = message["tool_calls"]
-    return [dict(m) for m in last.request.get("messages", [])] + [kept]
-
-
-def unhinted_instruction(task: Task) -> str | None:
-    """The bare request of a hinted task, or None when it cannot be recovered."""
-    meta = task.spec.get("meta") or {}
-    if meta.get(UNHINTED):
-        return str(meta[UNHINTED])
-    instruction = str(task.spec.get("instruction", ""))
-    if HINT_MARK in instruction:  # the ladder appends "\n\nHint: ..." to the bare request
-        return instruction.rsplit(HINT_MARK, 1)[0].rstrip() or None
-    try:
-        from appliance.tasks.families import generate, seed_rng
-
-        split = meta.get("split", "train")
-        rng = seed_rng(split, task.family, task.difficulty, meta["seed"], int(meta["index"]))
-        bare = generate(task.family, task.difficulty, rng, split=split, hint=None)
-    except (KeyError, TypeError, ValueError, ApplianceError):  # no provenance, or families without hints
-        return None
-    if bare.instruction == task.spec.get("instruction") or (meta.get("request_id") not in (None, bare.id)):
-        return None  # not the same task without its hint: do not relabel
-    return bare.instruction
-
-
-def relabel_hindsight(store: Store, run_id: str, iteration: int, tokenize: ChatTokenizer, *,
-                      keep_successes: bool = False) -> int:
-    """Successful rollouts of hinted tasks in `iteration` -> demonstrations of the unhinted requests; with
-    `keep_successes`, every other success too (origin "success"), so the policy's own wins stay in the
-    pool across iterations (deduplicated by conversation) instead of being trained once and forgotten."""
-    tasks = {t.id: t for t in store.tasks(run_id, split=Split.TRAIN)}
-    added = 0
-    for r in store.rollouts(run_id, iteration=iteration, purpose="train"):
-        task = tasks.get(r.task_id or "")
-        if r.outcome != Outcome.SUCCESS or task is None:
-            continue
-        meta = task.spec.get("meta") or {}
-        plain = unhinted_instruction(task) if meta.get(HINT) else None
-        messages = conversation(store, r.id)
-        if not messages:
-            continue
-        if not plain:
-            if keep_successes:
-                added += store.add_demonstration(to_demonstration(messages, task, tokenize, origin=SUCCESS,
-                                                                  iteration=iteration))
-            continue
-        hinted = f"Task: {task.spec['instruction'].strip()}"
-        relabelled = first_messages(plain)[1]["content"]
-        swapped = [dict(m, content=relabelled) if m.get("role") == "user" and m.get("content") == hinted else m
-                   for m in messages]
-        if swapped == messages:  # the hinted request is not where the harness put it: leave it alone
-            continue
-        added += store.add_demonstration(to_demonstration(swapped, task, tokenize, origin=HINDSIGHT,
-                                                          iteration=iteration))
-    return added
 
 
 def pick_demonstrations(demos: list[Demonstration], frontier: dict[str, int], n: int, *,

@@ -32,13 +32,13 @@ from appliance.demonstrations import (
     DemoMix,
     chat_tokenizer,
     prepare_demonstrations,
-    relabel_hindsight,
     training_mix,
 )
 from appliance.diagnosis import build_report, render_markdown
 from appliance.errors import ApplianceError, Interrupted
 from appliance.evaluate import evaluate_heldout
 from appliance.evaluate import learning_curve as learning_curve_with_intervals
+from appliance.hindsight import relabel_hindsight
 from appliance.practice import Practice, new_rollout, run_rollouts
 from appliance.schemas import (
     ControlCommand,

@@ -67,10 +67,11 @@ ROOMS = [
                           "the one contract that answers them (`answer_pending`, used by the loop and its fakes)"),
     Room(7, ("evaluate",), "held-out pass@1 with its 95 % Wilson interval, k samples per task, within an "
                            "evaluation budget; the one pass@1 the report, the curve, the CLI and the TUI use"),
-    Room(7, ("demonstrations", "episode_shapes"),
+    Room(7, ("demonstrations", "episode_shapes", "hindsight"),
          "teacher-free demonstrations: reference solutions run through the built-in harness's formatting in a "
-         "sandbox as episodes of a shape (solve, look first, check after, recover from a masked-out slip), "
-         "verified, tokenized for SFT; hindsight relabelling"),
+         "sandbox as episodes of a shape (solve, look first, check after, recover from a slip; only the turns "
+         "that move the task on are trained), verified, tokenized for SFT; hindsight relabelling of the "
+         "policy's own successes"),
     Room(7, ("curriculum",), "the synthesis round: the climbing controller's plan (frontier, stretch, replay) "
                              "turned into tasks; self-proposal behind a setting"),
     Room(8, ("loop",), "the reconciler: `Loop.tick` runs the current iteration's next phase, resumably; composes "

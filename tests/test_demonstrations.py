@@ -10,19 +10,17 @@ import pytest
 from appliance.config import Settings, load_settings
 from appliance.demonstrations import (
     FINISH,
-    HINDSIGHT,
     REFERENCE,
     command_block,
     demonstrate,
     demonstrate_tasks,
     pick_demonstrations,
-    relabel_hindsight,
     spread_over_operations,
     to_demonstration,
 )
 from appliance.episode_shapes import unseen_names
 from appliance.harness.builtin import SYSTEM_PROMPT
-from appliance.schemas import Demonstration, ModelCall, Outcome, Rollout, RolloutStatus, Split, Task, TaskStatus
+from appliance.schemas import Demonstration, Split, Task, TaskStatus
 from appliance.store import Store
 from appliance.tasks import TaskSpec
 from appliance.tasks.families import synthesize
@@ -205,35 +203,6 @@ def test_store_keeps_one_row_per_conversation_and_refuses_heldout(store: Store) 
         store.add_demonstration(to_demonstration(messages + [{"role": "user", "content": "x"}], held, char_tokenize))
 
 
-def test_hindsight_relabels_a_hinted_success_as_the_plain_request(store: Store) -> None:
-    spec = synthesize("text", 2, 1, seed="h")[0]
-    spec.meta.update(hint="tool", unhinted_instruction="Do the plain thing.")
-    plain_spec = synthesize("text", 2, 1, seed="p")[0]  # no hint: never relabelled
-    tasks = [task_of(spec), task_of(plain_spec)]
-    store.create_run("r1", {})
-    for i, t in enumerate(tasks):
-        store.add_task(t)
-        rid = f"ro{i}"
-        store.add_rollout(Rollout(rid, "r1", t.id, f"g{i}", 1, "builtin", 0, RolloutStatus.PENDING, "train"))
-        store.start_rollout(rid)
-        request = {"messages": [{"role": "system", "content": SYSTEM_PROMPT},
-                                {"role": "user", "content": f"Task: {t.spec['instruction']}"}]}
-        response = {"choices": [{"message": {"role": "assistant", "content": "```bash\nls\n```"}}]}
-        store.add_model_call(ModelCall(None, rid, 0, "ok", request, response, [1, 2], [3], [0.0], 0, 0.1))
-        store.finish_rollout(rid, Outcome.SUCCESS, 1.0)
-    assert relabel_hindsight(store, "r1", 1, char_tokenize) == 1
-    (demo,) = store.demonstrations("r1", origin=HINDSIGHT)
-    assert demo.task_id == tasks[0].id
-    assert demo.messages[1]["content"] == "Task: Do the plain thing."
-    assert demo.messages[-1]["content"] == "```bash\nls\n```"
-    assert relabel_hindsight(store, "r1", 1, char_tokenize) == 0  # deduplicated
-    # kept successes: the unhinted task's win joins the pool as it was (the hinted one is already there)
-    assert relabel_hindsight(store, "r1", 1, char_tokenize, keep_successes=True) == 1
-    (kept,) = store.demonstrations("r1", origin="success")
-    assert kept.task_id == tasks[1].id and kept.messages[1]["content"] == f"Task: {tasks[1].spec['instruction']}"
-    assert relabel_hindsight(store, "r1", 1, char_tokenize, keep_successes=True) == 0
-
-
 def test_pick_leans_toward_the_frontier() -> None:
     def demo(level: int, i: int) -> Demonstration:
         return Demonstration("r", f"t{level}{i}", "text", level, REFERENCE, [], [1], [1], f"{level}-{i}")
@@ -282,22 +251,6 @@ def test_the_real_chat_template_masks_exactly_the_assistant_turns() -> None:
     demo = to_demonstration(slipped, task_of(synthesize("files", 2, 1, seed="t")[0]), chat_tokenizer(Path(model)),
                             untrained=(0,))
     assert tok.decode([i for i, m in zip(demo.token_ids, demo.mask) if m]) == trained
-
-
-def test_hinted_task_is_redrawn_without_its_hint(store: Store) -> None:
-    import inspect
-
-    from appliance.demonstrations import unhinted_instruction
-
-    if "hint" not in inspect.signature(synthesize).parameters:
-        spec = synthesize("text", 2, 1, seed="h")[0]
-        spec.meta["hint"] = "tool"
-        assert unhinted_instruction(task_of(spec)) is None  # families without the ladder: nothing to relabel
-        return
-    for hint in ("tool", "partial"):
-        hinted = synthesize("text", 3, 1, seed="h", hint=hint)[0]
-        plain = unhinted_instruction(task_of(hinted))
-        assert plain and hinted.instruction.startswith(plain + "\n\nHint: ") and "Hint" not in plain
 
 
 def test_first_learn_phase_warm_starts_later_ones_mix(settings: Settings, store: Store) -> None:
