@@ -145,14 +145,19 @@ def band_levels(tasks: Any, iteration: int) -> dict[str, dict[str, dict[str, int
     return {f: {lvl: dict(c) for lvl, c in cells.items()} for f, cells in out.items()}
 
 
+def _answer(call: Any) -> dict[str, Any] | None:
+    """The assistant message of a recorded model call, None when it has none."""
+    try:
+        return call.response["choices"][0]["message"] if call.response else None
+    except (KeyError, IndexError, TypeError):
+        return None
+
+
 def _first_command(store: Store, rollout_id: str) -> str | None:
     from appliance.harness.actions import parse_action
 
     for call in store.model_calls(rollout_id):
-        try:
-            message = call.response["choices"][0]["message"] if call.response else None
-        except (KeyError, IndexError, TypeError):
-            message = None
+        message = _answer(call)
         if message:
             command = parse_action(message).command
             if command:
@@ -184,12 +189,7 @@ def habits(store: Store, rollouts: list[Rollout]) -> dict[str, Any]:
         if r.purpose != "train" or r.outcome in (None, Outcome.INFRA_ERROR):
             continue
         calls = store.model_calls(r.id)
-        said = []
-        for call in calls:
-            try:
-                said.append(parse_action(call.response["choices"][0]["message"]) if call.response else None)
-            except (KeyError, IndexError, TypeError):
-                said.append(None)
+        said = [parse_action(m) if (m := _answer(call)) else None for call in calls]
         ran = [a.command for a in said if a is not None and a.command]
         episodes += 1
         commands += len(ran)
