@@ -20,7 +20,7 @@ from appliance.config import Settings
 from appliance.schemas import Split, Task, TaskStatus
 from appliance.store import Store
 from appliance.tasks.difficulty import decide, replay_pool, size_round
-from appliance.tasks.families import synthesize
+from appliance.tasks.families import generate, seed_rng, synthesize
 
 HINTED = "hint" in inspect.signature(synthesize).parameters  # the families' hint ladder (tool, partial)
 
@@ -30,7 +30,7 @@ def control(store: Store, run_id: str, iteration: int, families: list[str], repo
     """The report's controller part: {"levels", "mastered", "decisions"}; `report` is this iteration's."""
     previous = store.report(run_id, iteration - 1) if iteration > 0 else None
     before = (previous[0] if previous else {})
-    levels = {f: int((before.get("levels") or {}).get(f, 1)) for f in families}
+    levels = {f: int((before.get("levels") or {}).get(f, settings.loop.start_level)) for f in families}
     mastered = {f: int((before.get("mastered") or {}).get(f, 0)) for f in families}
     history = [store.report(run_id, i) for i in range(max(0, iteration - settings.loop.controller_window + 1), iteration)]
     reports = [h[0] for h in history if h] + [report]
@@ -48,8 +48,8 @@ def synthesize_round(store: Store, settings: Settings, run_id: str, iteration: i
     `generate_text`; the proposals enter as `proposed` and VALIDATE decides. Proposed task code must only
     ever run in the isolated validation of issue 14: do not turn the setting on before that lands."""
     previous = store.report(run_id, iteration - 1)
-    levels = {f: int(((previous[0] if previous else {}).get("levels") or {}).get(f, 1)) for f in families}
     lp = settings.loop
+    levels = {f: int(((previous[0] if previous else {}).get("levels") or {}).get(f, lp.start_level)) for f in families}
     tasks = store.tasks(run_id, split=Split.TRAIN)
     pool = replay_pool(tasks, levels)
     plan = size_round(families, levels, tasks_per_iteration=lp.tasks_per_iteration, per_family=lp.tasks_per_family,
@@ -59,15 +59,17 @@ def synthesize_round(store: Store, settings: Settings, run_id: str, iteration: i
     made = {"new": 0, "stretch": 0, "replay": 0}
     decisions = (previous[0] if previous else {}).get("decisions") or {}
     for p in plan:
-        # stretch tasks carry a hint where the families have the ladder: the start of the command when
-        # nothing passes at the frontier yet, else the tool's name
+        # Where the families have the hint ladder: stretch tasks carry a hint, the start of the command when
+        # no unhinted request passes at the frontier yet, else the tool's name. A frontier stuck like that
+        # is also climbed by a rung: half its new tasks (rounded down, so one stays bare) carry the start
+        # of the command, and their successes become demonstrations of the bare request (appliance.hindsight).
         stuck = (decisions.get(p.family) or {}).get("passed", 1) == 0
-        hint: dict[str, Any] = {"hint": "partial" if stuck else "tool"} if HINTED else {}
-        rounds: tuple[tuple[str, int, int, dict[str, Any]], ...] = (
-            ("new", p.level, p.new, {}), ("stretch", p.level + 1, p.stretch, hint))
-        for kind, level, count, extra in rounds:
-            for spec in synthesize(p.family, level, count, seed=f"{run_id}:{iteration}:{kind}", exclude=exclude,
-                                   **extra):
+        rung = ("partial" if stuck else "tool") if HINTED else None
+        rounds = (("new", p.level, p.new, p.new // 2 if stuck and HINTED else 0),
+                  ("stretch", p.level + 1, p.stretch, p.stretch if HINTED else 0))
+        for kind, level, count, hinted in rounds:
+            for spec in _draw(p.family, level, count, hinted, rung, seed=f"{run_id}:{iteration}:{kind}",
+                              exclude=exclude):
                 exclude.add(spec.id)
                 spec.meta.update(iteration=iteration, round=kind)
                 made[kind] += store.add_task(Task(f"{run_id}.{spec.id}", run_id, spec.family, spec.difficulty,
@@ -93,3 +95,15 @@ def synthesize_round(store: Store, settings: Settings, run_id: str, iteration: i
                                                     spec.source, Split.TRAIN, TaskStatus.PROPOSED, spec.to_spec(),
                                                     iteration=iteration))
     return {"levels": levels, "made": made, "plan": [vars(p) for p in plan]}
+
+
+def _draw(family: str, level: int, count: int, hinted: int, hint: str | None, *, seed: str,
+          exclude: set[str]) -> list[Any]:
+    """`count` tasks of a seed, the last `hinted` of them drawn again at the hint rung (the same draw index
+    gives the same task whatever the hint)."""
+    specs = synthesize(family, level, count, seed=seed, exclude=exclude)
+    for k in range(max(0, len(specs) - hinted), len(specs)):
+        index = specs[k].meta["index"]
+        specs[k] = generate(family, level, seed_rng("train", family, level, seed, index), split="train", hint=hint)
+        specs[k].meta.update(split="train", seed=seed, index=index)
+    return specs

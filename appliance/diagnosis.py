@@ -63,6 +63,7 @@ def build_report(store: Store, run_id: str, iteration: int,
     tasks = {t.id: t for t in store.tasks(run_id)}
     train_rollouts = [r for r in store.rollouts(run_id, iteration=iteration) if r.outcome is not None]
     train_cells: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
+    bare_cells: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])  # tasks without a hint
     modes: Counter[str] = Counter()
     for r in train_rollouts:
         mode = failure_mode(r)
@@ -70,10 +71,13 @@ def build_report(store: Store, run_id: str, iteration: int,
             modes[mode] += 1
         task = tasks.get(r.task_id or "")
         if task and r.purpose in ("train", "validate") and r.outcome != Outcome.INFRA_ERROR:
-            cell = train_cells[(task.family, task.difficulty)]
-            cell[0] += 1
-            cell[1] += r.outcome == Outcome.SUCCESS
+            for cells in (train_cells, bare_cells) if not _hinted(task) else (train_cells,):
+                cell = cells[(task.family, task.difficulty)]
+                cell[0] += 1
+                cell[1] += r.outcome == Outcome.SUCCESS
     train = _cells([{"family": f, "difficulty": d, "n": n, "passed": p} for (f, d), (n, p) in train_cells.items()])
+    # what the controller counts as mastery: a hinted success shows the hint works, not the level
+    train_bare = _cells([{"family": f, "difficulty": d, "n": n, "passed": p} for (f, d), (n, p) in bare_cells.items()])
     heldout = _cells(current)
 
     band: dict[str, Counter[str]] = defaultdict(Counter)
@@ -102,6 +106,7 @@ def build_report(store: Store, run_id: str, iteration: int,
         "heldout_pass_at_1": trend[-1]["pass_at_1"] if trend and trend[-1]["iteration"] == iteration else None,
         "heldout": heldout,
         "train": train,
+        "train_bare": train_bare,
         "trend": trend,
         "failure_modes": dict(modes),
         "infra_error_rate": (len(train_rollouts) - len(valid)) / len(train_rollouts) if train_rollouts else 0.0,
@@ -135,11 +140,17 @@ def _model(store: Store, run_id: str, version: int | None) -> dict[str, Any]:
             "base_hash": lineage["content_hash"][:12] if lineage else None,
             "policy_version": version, "start": start_label(store, run_id),
             "describe": describe_version(store, version, lineage_id) if version is not None else "not evaluated"}
+def _hinted(task: Any) -> bool:
+    """Whether a task carries a rung of the families' hint ladder (spec.meta["hint"])."""
+    return bool((task.spec.get("meta") or {}).get("hint"))
+
+
 def band_levels(tasks: Any, iteration: int) -> dict[str, dict[str, dict[str, int]]]:
-    """Band verdicts of this iteration's tasks per family and level (per iteration, not over the run)."""
+    """Band verdicts of this iteration's unhinted tasks per family and level (per iteration, not over the
+    run): what the controller reads as a level being too easy or too hard."""
     out: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
     for t in tasks:
-        if (t.split == "train" and t.iteration == iteration
+        if (t.split == "train" and t.iteration == iteration and not _hinted(t)
                 and t.status in (TaskStatus.LEARNABLE, TaskStatus.TOO_EASY, TaskStatus.TOO_HARD)):
             out[t.family][str(t.difficulty)][str(t.status)] += 1
     return {f: {lvl: dict(c) for lvl, c in cells.items()} for f, cells in out.items()}

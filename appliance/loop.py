@@ -211,8 +211,9 @@ class Loop:
             return
         previous = self.store.report(self.run.id, index - 1)
         report = previous[0] if previous else None
-        levels = (report or {}).get("levels") or {f: 1 for f in self.families}
-        levels = {f: levels.get(f, 1) for f in self.families}
+        start = self.settings.loop.start_level
+        levels = (report or {}).get("levels") or {}
+        levels = {f: levels.get(f, start) for f in self.families}
         exclude = {t.spec["id"] for t in self.store.tasks(self.run.id)}  # held-out and earlier tasks
         added = 0
         # `levels` already holds the controller's move (made when the previous report was written);
@@ -372,11 +373,13 @@ class Loop:
 
     def phase_diagnose(self, index: int) -> None:
         previous = self.store.report(self.run.id, index - 1) if index > 0 else None
-        levels = (previous[0] if previous else {}).get("levels") or {f: 1 for f in self.families}
+        start = self.settings.loop.start_level
+        levels = (previous[0] if previous else {}).get("levels") or {}
+        levels = {f: levels.get(f, start) for f in self.families}
         report, _ = build_report(self.store, self.run.id, index,
                                  self.generate_text if self.settings.loop.analysis else None)
         if index > 0:
-            levels = next_levels(report, {f: levels.get(f, 1) for f in self.families})
+            levels = next_levels(report, levels)
         report["levels"] = levels  # what the next synthesis uses
         if self.settings.loop.controller == "climb":  # iteration 0 plans too
             report.update(control(self.store, self.run.id, index, self.families, report, self.settings))

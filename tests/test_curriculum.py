@@ -43,6 +43,7 @@ def test_iteration_0_plans_and_families_climb_with_replay(settings: Settings, st
     lp = loop(settings, store)
     run = lp.run.id
     settings.loop.tasks_per_family = 4
+    settings.loop.start_level = 1  # the climb from the spelled-out level (a loop without demonstrations)
     lp.phase_diagnose(0)  # the baseline plans too
     report0, md0 = store.report(run, 0)
     assert report0["levels"] == {f: 1 for f in FAMS} and set(report0["decisions"]) == set(FAMS)
@@ -81,6 +82,52 @@ def test_iteration_0_plans_and_families_climb_with_replay(settings: Settings, st
     store.save_report(run, 2, {**report1, "iteration": 2}, "")
     out = control(store, run, 3, FAMS, report2, settings)
     assert out["levels"]["files"] == 2 and out["mastered"]["files"] == 1
+
+
+def test_a_run_starts_at_level_2_and_climbs_a_stuck_frontier_by_hinted_rungs(settings: Settings,
+                                                                            store: Store) -> None:
+    lp = loop(settings, store)
+    run = lp.run.id
+    settings.loop.tasks_per_family = 4  # 1 stretch, 3 new (no replay yet)
+    lp.phase_diagnose(0)
+    assert store.report(run, 0)[0]["levels"] == {f: 2 for f in FAMS}  # loop.start_level's default
+
+    store.start_iteration(run, 1, 0)
+    synthesize_round(store, settings, run, 1, FAMS)
+    files = [t for t in store.tasks(run, split=Split.TRAIN) if t.family == "files"]
+    by_rung = sorted((t.difficulty, t.spec["meta"]["round"], t.spec["meta"]["hint"]) for t in files)
+    # nothing passes at the frontier yet: one of its three new tasks carries the start of the command
+    assert by_rung == [(2, "new", ""), (2, "new", ""), (2, "new", "partial"), (3, "stretch", "partial")]
+    hinted = next(t for t in files if t.difficulty == 2 and t.spec["meta"]["hint"])
+    assert "Hint: the command starts like this" in hinted.spec["instruction"]
+    assert len({t.spec["id"] for t in files}) == 4
+
+    for t in store.tasks(run, split=Split.TRAIN):
+        store.set_task_status(t.id, TaskStatus.VALID)
+    # every hinted files task passes 4 of 4, its bare ones 1 of 4: the hint works, the level is not mastered
+    from appliance.tasks.pool import record_band
+
+    for t in store.tasks(run, split=Split.TRAIN, status=TaskStatus.VALID, iteration=1):
+        wins = 4 if t.spec["meta"]["hint"] else int(t.family == "files")
+        for j in range(4):
+            rid = f"{t.id}.g1.{j}"
+            store.add_rollout(Rollout(rid, run, t.id, f"{t.id}.g1", 1, "builtin", 0, RolloutStatus.PENDING, "train"))
+            store.start_rollout(rid)
+            store.finish_rollout(rid, Outcome.SUCCESS if j < wins else Outcome.FAILURE, float(j < wins))
+        record_band(store, t.id, wins, 4)
+    lp.phase_diagnose(1)
+    report1, _ = store.report(run, 1)
+    assert report1["train"]["files"]["2"]["passed"] == 6 and report1["train_bare"]["files"]["2"]["passed"] == 2
+    assert report1["band_levels"]["files"]["2"] == {"learnable": 2}  # the hinted task's too_easy is not counted
+    assert report1["levels"]["files"] == 2 and report1["mastered"]["files"] == 0
+    assert "2/8 unhinted practice rollouts at L2" in report1["decisions"]["files"]["reason"]
+    # text's bare tasks all failed: still stuck, so its next round is hinted again; files' is not
+    store.start_iteration(run, 2, 0)
+    synthesize_round(store, settings, run, 2, FAMS)
+    round2 = store.tasks(run, split=Split.TRAIN, iteration=2)
+    assert {t.spec["meta"]["hint"] for t in round2 if t.family == "files" and t.spec["meta"]["round"] != "replay"} \
+        == {"", "tool"}
+    assert "partial" in {t.spec["meta"]["hint"] for t in round2 if t.family == "text"}
 
 
 def test_self_proposal_only_when_turned_on(settings: Settings, store: Store) -> None:

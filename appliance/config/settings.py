@@ -260,6 +260,12 @@ class LoopSettings(Section):
         "mix (frontier, stretch, replay), demonstrations and k-sample held-out pass@1 with intervals; simple = "
         "the first controller (one step on each report, split budget)."
     )
+    start_level: int = Field(
+        2, ge=1, le=5, description="The frontier every family starts a run at (nothing is counted as mastered "
+        "below it). Level 1 spells the command out; with a warm-start on level 2-4 demonstrations, practice there "
+        "spent most of the practice on copying commands (a 2-hour run's first practice: 152 of 236 rollouts at "
+        "level 1, 101 passing; level-2 tasks with the partial hint passed 16 of 84), so 2 spends it on reading "
+        "requests. 1 suits a loop without demonstrations.")
     controller_window: int = Field(
         3, ge=1, description="Iterations of evidence the difficulty controller pools per family and level."
     )

@@ -114,12 +114,13 @@ def plan(report: dict[str, Any] | None, current: dict[str, int], total: int,
 
 
 # --- the climbing controller -----------------------------------------------------------------------
-# Evidence is pooled per family and level over the last `window` reports (each report's own `train`
-# cells and `band_levels` counts: per iteration, never cumulative over the run), and judged with a
+# Evidence is pooled per family and level over the last `window` reports (each report's own `train_bare`
+# cells and `band_levels` counts: per iteration, never cumulative over the run, and only tasks without a
+# hint: a hinted success shows the hint works, not that the level is mastered), and judged with a
 # Wilson 95 % interval, so 4 lucky or unlucky rollouts at T=0.7 do not move a family. A family climbs
 # when the lower bound at its frontier clears `master`; it never goes back below the level after its
-# highest mastered one (a failing frontier gets hinted stretch tasks, demonstrations and replay instead
-# of a cliff back to level 1). Infra errors are not evidence (the report's cells exclude them).
+# highest mastered one (a failing frontier gets hinted tasks, demonstrations and replay instead of a
+# cliff back to level 1). Infra errors are not evidence (the report's cells exclude them).
 
 Z95 = 1.959964
 MASTER_LOWER = 0.5  # the frontier is mastered when the 95 % lower bound of its pass rate reaches this
@@ -156,10 +157,12 @@ class Decision:
 
 
 def pooled(reports: list[dict[str, Any]], family: str, level: int, key: str = "train") -> tuple[int, int]:
-    """(n, passed) of a family at a level summed over `reports` (oldest first, any number)."""
+    """(n, passed) of a family at a level summed over `reports` (oldest first, any number); a report without
+    `key` (written before it existed) counts with its `train` cells."""
     n = passed = 0
     for r in reports:
-        cell = ((r or {}).get(key) or {}).get(family, {}).get(str(level))
+        cells = (r or {}).get(key) if key in (r or {}) else (r or {}).get("train")
+        cell = (cells or {}).get(family, {}).get(str(level))
         if cell and cell.get("n"):
             n += int(cell["n"])
             passed += int(cell.get("passed", round(cell.get("pass_rate", 0) * cell["n"])))
@@ -183,8 +186,8 @@ def decide(reports: list[dict[str, Any]], current: dict[str, int], mastered: dic
     out = {}
     for family, level in current.items():
         floor = mastered.get(family, 0)
-        n, passed = pooled(recent, family, level)
-        source = "practice"
+        n, passed = pooled(recent, family, level, key="train_bare")  # hinted tasks are not mastery
+        source = "unhinted practice"
         low, high = wilson(passed, n)
         band = _band(recent, family, level)
         all_easy = band.get("too_easy", 0) >= 3 and not band.get("learnable") and not band.get("too_hard")

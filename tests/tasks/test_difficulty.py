@@ -107,6 +107,13 @@ def test_evidence_is_pooled_over_the_window_and_judged_by_the_lower_bound() -> N
     assert decide(three, {"files": 1}, {}, window=1)["files"].n == 4
 
 
+def test_mastery_counts_unhinted_practice_and_older_reports_fall_back_to_all_practice() -> None:
+    hinted_wins = {**train(1, {"files": {2: (12, 12)}}), "train_bare": {"files": {"2": {"n": 4, "passed": 0}}}}
+    d = decide([hinted_wins], {"files": 2}, {})["files"]
+    assert (d.level, d.n, d.passed) == (2, 4, 0) and "unhinted practice" in d.reason
+    assert decide([train(1, {"files": {2: (12, 12)}})], {"files": 2}, {})["files"].level == 3  # no train_bare
+
+
 def test_never_demoted_below_a_mastered_level_and_the_reason_says_why() -> None:
     failing = [train(4, {"text": {2: (12, 0)}})]
     d = decide(failing, {"text": 2}, {"text": 1})["text"]
