@@ -61,11 +61,12 @@ def synthesize_round(store: Store, settings: Settings, run_id: str, iteration: i
     for p in plan:
         # Where the families have the hint ladder: stretch tasks carry a hint, the start of the command when
         # no unhinted request passes at the frontier yet, else the tool's name. A frontier stuck like that
-        # is also climbed by a rung: half its new tasks (rounded down, so one stays bare) carry the start
-        # of the command, and their successes become demonstrations of the bare request (appliance.hindsight).
+        # above level 1 (which spells the command out) is also climbed by a rung: half its new tasks (rounded
+        # down, so one stays bare) carry the start of the command, and their successes become
+        # demonstrations of the bare request (appliance.hindsight).
         stuck = (decisions.get(p.family) or {}).get("passed", 1) == 0
         rung = ("partial" if stuck else "tool") if HINTED else None
-        rounds = (("new", p.level, p.new, p.new // 2 if stuck and HINTED else 0),
+        rounds = (("new", p.level, p.new, p.new // 2 if stuck and HINTED and p.level > 1 else 0),
                   ("stretch", p.level + 1, p.stretch, p.stretch if HINTED else 0))
         for kind, level, count, hinted in rounds:
             for spec in _draw(p.family, level, count, hinted, rung, seed=f"{run_id}:{iteration}:{kind}",

@@ -143,7 +143,7 @@ def demonstrate(settings: Settings, spec: TaskSpec, *, start: SandboxStarter | N
                     if turn(check, keep=lambda r: r.exit_code == 0 and not r.timed_out, trained=False) is not None:
                         break
         messages.append({"role": "assistant", "content": FINISH})
-        verdict = verify_workspace(settings, spec, workspace, start=start)
+        verdict = verify_workspace(settings, spec, workspace, start=start, archive=getattr(sb, "copied_out", None))
         if verdict.error:
             return DemoRun(messages, False, f"verifier: {verdict.error}", verdict.output)
         return DemoRun(messages, verdict.passed and not verdict.tampered, None, verdict.output, tuple(untrained))

@@ -35,7 +35,7 @@ from appliance.sandbox.door import DOOR_PORT, DoorListener, ModelDoor
 from appliance.sandbox.image import image_ref
 from appliance.sandbox.podman import LABEL, OWNER_LABEL, podman, podman_bin, podman_cwd, podman_env
 from appliance.sandbox.shell import Capture, ExecResult, Shell, pump
-from appliance.sandbox.transfer import ignored_by_tar, members, pack_dir, sanitize, unpack
+from appliance.sandbox.transfer import ignored_by_tar, members, pack_dir, reroot, sanitize, unpack
 
 SECCOMP_PROFILE = Path(__file__).parent / "seccomp.json"
 # PID 1 of a sandbox without a door: reaps every orphan and cannot be signalled from inside (the kernel
@@ -141,6 +141,9 @@ class Sandbox:
         # What the last copy out of the sandbox left out (FIFOs, devices, sockets, links out of the tree):
         # the agent's doing, recorded as tampering by the verifier's caller.
         self.dropped: list[str] = []
+        # The sanitized archive of the last copy out, rooted at the copied tree: the host copy holds no
+        # links, so a verifier judging a tree whose in-tree links matter (`ln -s`) must get it from here.
+        self.copied_out: bytes | None = None
 
     @classmethod
     def start(cls, settings: Settings, workspace: Path | None = None, image: str | None = None,
@@ -322,6 +325,7 @@ class Sandbox:
         the tree, devices and FIFOs (named in `self.dropped`); links are not recreated on the host."""
         source, dest = PurePosixPath(src), Path(local_dest)
         data, self.dropped = self.get_tar(src)
+        self.copied_out = reroot(data, source.name)
         dest.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
             unpack(data, Path(tmp))

@@ -191,6 +191,26 @@ def overlay(data: bytes, files: Mapping[str, str]) -> tuple[bytes, list[str]]:
     return _closed(dst, out), changed
 
 
+def reroot(data: bytes, top: str) -> bytes:
+    """The members under `top/` of a sanitized archive, named relative to it (`top` itself left out):
+    a tree copied out as `workspace/...` becomes the archive `pack_dir` makes of the same tree."""
+    out = io.BytesIO()
+    dst = tarfile.open(fileobj=out, mode="w")
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as src:
+        for m in src:
+            name = _norm(m.name)
+            if not name.startswith(top + "/"):
+                continue
+            clean = copy.copy(m)
+            clean.name = name[len(top) + 1:]
+            if clean.islnk():  # hard links name their target from the archive's root
+                if not _norm(m.linkname).startswith(top + "/"):
+                    continue
+                clean.linkname = _norm(m.linkname)[len(top) + 1:]
+            dst.addfile(clean, src.extractfile(m) if m.isreg() else None)
+    return _closed(dst, out)
+
+
 def without(data: bytes, paths: list[str]) -> bytes:
     """The archive minus `paths` and everything under them."""
     out = io.BytesIO()

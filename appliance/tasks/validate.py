@@ -207,14 +207,19 @@ def score_of(exit_code: int, stdout: str) -> float:
 
 
 def verify_workspace(settings: Settings, spec: TaskSpec, workspace_dir: Path | str, *,
-                     start: SandboxStarter | None = None, dropped: Sequence[str] = ()) -> VerifyResult:
+                     start: SandboxStarter | None = None, dropped: Sequence[str] = (),
+                     archive: bytes | None = None) -> VerifyResult:
     """Judge a rollout's final workspace (a host directory no sandbox can reach any more) in a new
-    sandbox. `dropped`: what the copy out of the agent's sandbox left out (`Sandbox.dropped`), recorded
+    sandbox. `archive`: the same tree as the sanitized archive it was copied out as (`Sandbox.copied_out`),
+    judged instead of the directory, whose host copy cannot hold the links the agent made inside it.
+    `dropped`: what the copy out of the agent's sandbox left out (`Sandbox.dropped`), recorded
     as tampering. A verifier past its time limit on this workspace is the agent's failure; only a sandbox
     that fails is an error (infra)."""
     t0 = time.monotonic()
+    skipped: list[str] = []
     try:
-        archive, skipped = pack_dir(Path(workspace_dir))
+        if archive is None:
+            archive, skipped = pack_dir(Path(workspace_dir))
     except OSError as e:
         return VerifyResult(False, None, "", [], f"cannot read the workspace: {e}", time.monotonic() - t0)
     archive, tampered = prepare(spec, archive)

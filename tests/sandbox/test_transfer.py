@@ -126,3 +126,22 @@ def test_a_last_file_ending_in_zero_bytes_survives_the_compaction() -> None:
     restored, _ = transfer.overlay(data, {"a.txt": "text\n"})
     assert transfer.read_member(restored, "zz/zeros.bin") == b"\0" * 3000
     assert len(transfer.pack_files({"a.txt": "x"})) == 512 + 512 + 1024  # still no 10 KiB record padding
+
+
+def test_reroot_names_a_copied_tree_as_pack_dir_would_and_keeps_its_links() -> None:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, type_, link in [("workspace", tarfile.DIRTYPE, ""), ("workspace/a.txt", tarfile.REGTYPE, ""),
+                                  ("workspace/soft", tarfile.SYMTYPE, "a.txt"),
+                                  ("workspace/hard", tarfile.LNKTYPE, "workspace/a.txt"),
+                                  ("other.txt", tarfile.REGTYPE, "")]:
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = type_, link
+            info.size = 2 if type_ == tarfile.REGTYPE else 0
+            tar.addfile(info, io.BytesIO(b"hi") if type_ == tarfile.REGTYPE else None)
+    data, _ = transfer.sanitize(buf.getvalue())
+    got = transfer.members(transfer.reroot(data, "workspace"))
+    assert sorted(got) == ["a.txt", "hard", "soft"]
+    assert got["soft"].issym() and got["soft"].linkname == "a.txt"
+    assert got["hard"].islnk() and got["hard"].linkname == "a.txt"
+    assert transfer.read_member(transfer.reroot(data, "workspace"), "a.txt") == b"hi"

@@ -100,6 +100,24 @@ def test_a_planted_symlink_cannot_redirect_the_restore(sandbox_settings: Setting
     assert list(outside.iterdir()) == []
 
 
+def test_a_link_the_agent_made_inside_the_workspace_reaches_the_verifier(sandbox_settings: Settings,
+                                                                         tmp_path: Path) -> None:
+    # the `symlink` operation: the host copy of the workspace holds no links, so judged from it the
+    # reference itself failed every practice rollout while agent-free validation (in-sandbox) passed
+    from appliance.sandbox import Sandbox
+
+    spec = next(s for s in synthesize("files", 2, 40, seed="link") if s.meta["operation"] == "symlink")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    v.write_workspace(spec, ws)
+    with Sandbox.start(sandbox_settings, workspace=ws) as sb:
+        assert sb.exec(spec.solution).exit_code == 0
+    assert not any(p.is_symlink() for p in ws.rglob("*"))  # still no link on the host
+    assert not verify_workspace(sandbox_settings, spec, ws).passed
+    verdict = verify_workspace(sandbox_settings, spec, ws, archive=sb.copied_out)
+    assert verdict.passed and verdict.tampered == [], verdict.output
+
+
 def test_admit_stores_verdicts_and_drops_duplicates(sandbox_settings: Settings, store: Store) -> None:
     good = synthesize("text", 2, 2)
     broken = custom(id="broken-1", solution="true\n")
