@@ -148,13 +148,14 @@ def curves(store: Store, run_id: str, counts: dict[str, int]) -> str:
 def learning_line(store: Store, run_id: str) -> str:
     """The last GRPO step's signal and trust-region numbers (issue 15's per-step metrics)."""
     last = {name: store.metric_tail(run_id, name, 1) for name in
-            ("groups_with_signal", "valid_groups", "clip_ratio", "logprob_gap_mean", "entropy", "truncated_tokens")}
+            ("groups_with_signal", "valid_groups", "clip_ratio", "logprob_gap_mean", "entropy", "truncated_tokens",
+             "turns_mean", "response_tokens_mean")}
     if not last["groups_with_signal"]:
         return f"{'last step':<17}[dim]no data yet[/]"
     v = {name: (tail[-1][1] if tail else 0.0) for name, tail in last.items()}
     return (f"{'last step':<17}signal [b]{v['groups_with_signal']:.0f}[/b]/{v['valid_groups']:.0f} groups · "
             f"clip {v['clip_ratio']:.2f} · IS gap {v['logprob_gap_mean']:.3f} · entropy {v['entropy']:.2f} · "
-            f"cut {v['truncated_tokens']:.0f} tok")
+            f"cut {v['truncated_tokens']:.0f} tok · {v['turns_mean']:.1f} turns · {v['response_tokens_mean']:.0f} tok/reply")
 
 
 def curve_line(label: str, values: list[float], fmt: str) -> str:

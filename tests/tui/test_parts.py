@@ -90,7 +90,8 @@ def test_the_overview_shows_the_last_steps_signal(store) -> None:
 
     assert "no data yet" in learning_line(store, "run")
     store.add_metrics("run", 1, {"groups_with_signal": 3, "valid_groups": 8, "clip_ratio": 0.04,
-                                 "logprob_gap_mean": 0.0012, "entropy": 1.25, "truncated_tokens": 17})
+                                 "logprob_gap_mean": 0.0012, "entropy": 1.25, "truncated_tokens": 17,
+                                 "turns_mean": 2.5, "response_tokens_mean": 34.5})
     line = learning_line(store, "run")
     assert "signal [b]3[/b]/8 groups" in line and "clip 0.04" in line and "IS gap 0.001" in line
-    assert "entropy 1.25" in line and "cut 17 tok" in line
+    assert "entropy 1.25" in line and "cut 17 tok" in line and "2.5 turns" in line and "34 tok/reply" in line
