@@ -12,7 +12,10 @@ verifier (self-proposed tasks are written by the policy). Protected:
   workspaces go in as archives the host built from a task's text or from a host-only directory (read
   with O_NOFOLLOW, links kept as links, special files left out) and come out through tarfile's 'data'
   filter in memory (absolute paths, links out of the tree, devices, FIFOs and sockets dropped and named),
-  so the host never reads or writes a directory task code can reach. Read-only root, no capabilities,
+  so the host never reads or writes a directory task code can reach. The host copy of a workspace holds
+  directories and regular files only (no link is recreated on the host); the verifier's sandbox gets
+  the sanitized archive itself (`Sandbox.copied_out`), so links inside the tree are judged as the agent
+  left them. Read-only root, no capabilities,
   no-new-privileges, uid 1000 (not root).
 - the host disk and the store: /workspace, /tmp, $HOME and /dev/shm are tmpfs mounts with size caps whose
   pages count against `--memory` (`sandbox.workspace_size`, default a quarter of it).
