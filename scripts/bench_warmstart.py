@@ -12,7 +12,9 @@ which is what most reference solutions print, so the sequence lengths are the re
 What is printed (JSON): the trainer's settings that matter (micro-batch, LoRA rank, threads), the phase's
 wall seconds and seconds per sample-epoch, optimizer steps, and the mean NLL per assistant token of
 `--val-per` other tasks per family and level (same families and levels, other tasks: never the held-out
-set) before and after the phase. `--profile N` instead runs N samples of the phase under torch's profiler
+set) before and after the phase. `--dev-phrasing K` makes the validation tasks a phrasing the phase never
+trained on (K among the training phrasings 0-2; the held-out set's phrasing 3 stays unread), a proxy for
+transfer to unseen wording. `--profile N` instead runs N samples of the phase under torch's profiler
 and prints the top operators by self CPU time. `--set training.KEY=VALUE` changes a training setting.
 
 Run it under `flock /tmp/appliance-heavy.lock` on a shared machine.
@@ -25,17 +27,20 @@ import json
 import resource
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from appliance.config import load_settings  # noqa: E402
 from appliance.schemas import Demonstration, Sample  # noqa: E402
+from appliance.tasks.format import TaskSpec  # noqa: E402
 
 SILENT_SUCCESS = "exit code 0 (no output)"
 
 
-def demo_samples(model_path: Path, per: int, levels: list[int], seed: str) -> list[Sample]:
+def demo_samples(model_path: Path, per: int, levels: list[int], seed: str,
+                 keep: Callable[[TaskSpec], bool] = lambda _: True) -> list[Sample]:
     from appliance.demonstrations import FINISH, chat_tokenizer, command_block, digest
     from appliance.harness.builtin import first_messages
     from appliance.tasks.families import FAMILIES, synthesize
@@ -44,7 +49,7 @@ def demo_samples(model_path: Path, per: int, levels: list[int], seed: str) -> li
     out = []
     for family in FAMILIES:
         for level in levels:
-            for spec in synthesize(family, level, per, seed=seed):
+            for spec in [t for t in synthesize(family, level, 6 * per, seed=seed) if keep(t)][:per]:
                 messages = first_messages(spec.instruction) + [
                     {"role": "assistant", "content": command_block(spec.solution)},
                     {"role": "user", "content": f"Output: {SILENT_SUCCESS}"},
@@ -72,6 +77,9 @@ def main() -> None:
     p.add_argument("--levels", type=int, nargs="+", default=[2, 3, 4])
     p.add_argument("--epochs", type=float, default=1.0, help="SFT epochs of the measured phase")
     p.add_argument("--val-per", type=int, default=1, help="validation demonstrations per family and level")
+    p.add_argument("--dev-phrasing", type=int, default=None, metavar="K",
+                   help="train on the other phrasings and validate on phrasing K only (a training phrasing, 0-2: "
+                        "a proxy for the held-out set's unseen phrasings that never reads it)")
     p.add_argument("--profile", type=int, default=0, metavar="N", help="profile N samples instead of timing")
     p.add_argument("--set", action="append", default=[], metavar="training.KEY=VALUE")
     args = p.parse_args()
@@ -89,9 +97,12 @@ def main() -> None:
         section, _, name = key.partition(".")
         field = type(getattr(settings, section)).model_fields[name]
         setattr(getattr(settings, section), name, json.loads(value) if field.annotation is not str else value)
-    train = demo_samples(settings.model_path, args.per, args.levels, "bench:warmstart:train")
+    k = args.dev_phrasing
+    train = demo_samples(settings.model_path, args.per, args.levels, "bench:warmstart:train",
+                         keep=lambda t: k is None or t.meta.get("phrasing") != k)
     val_ids = {s.rollout_id for s in train}
-    val = [s for s in demo_samples(settings.model_path, args.val_per, args.levels, "bench:warmstart:val")
+    val = [s for s in demo_samples(settings.model_path, args.val_per, args.levels, "bench:warmstart:val",
+                                   keep=lambda t: k is None or t.meta.get("phrasing") == k)
            if s.rollout_id not in val_ids]
     trainer = PolicyTrainer(settings.training, settings.model_path)
     cfg = trainer.cfg
