@@ -75,9 +75,11 @@ def build_report(store: Store, run_id: str, iteration: int,
                 cell = cells[(task.family, task.difficulty)]
                 cell[0] += 1
                 cell[1] += r.outcome == Outcome.SUCCESS
-    train = _cells([{"family": f, "difficulty": d, "n": n, "passed": p} for (f, d), (n, p) in train_cells.items()])
-    # what the controller counts as mastery: a hinted success shows the hint works, not the level
-    train_bare = _cells([{"family": f, "difficulty": d, "n": n, "passed": p} for (f, d), (n, p) in bare_cells.items()])
+    def rows(cells: dict[tuple[str, int], list[int]]) -> list[dict[str, Any]]:
+        return [{"family": f, "difficulty": d, "n": n, "passed": p} for (f, d), (n, p) in cells.items()]
+
+    train = _cells(rows(train_cells))
+    train_bare = _cells(rows(bare_cells))  # the controller's mastery: a hinted success shows the hint works
     heldout = _cells(current)
 
     band: dict[str, Counter[str]] = defaultdict(Counter)
@@ -140,6 +142,8 @@ def _model(store: Store, run_id: str, version: int | None) -> dict[str, Any]:
             "base_hash": lineage["content_hash"][:12] if lineage else None,
             "policy_version": version, "start": start_label(store, run_id),
             "describe": describe_version(store, version, lineage_id) if version is not None else "not evaluated"}
+
+
 def _hinted(task: Any) -> bool:
     """Whether a task carries a rung of the families' hint ladder (spec.meta["hint"])."""
     return bool((task.spec.get("meta") or {}).get("hint"))
