@@ -13,6 +13,7 @@ from practice_data import practice  # tests/training/practice_data.py
 def test_a_new_run_trains_on_from_the_served_version(store, settings, tiny_model) -> None:
     settings.engine.model = tiny_model
     settings.training.method = "grpo"
+    settings.training.full_finetune = False  # these check adapter folders; the cpu profile trains all weights
     settings.training.micro_batch_size = 4
     engine = FakeEngine()
     first = learn(store, settings, engine, *practice({"a": [1.0, 0.0], "c": [0.0, 1.0]}), run_id="run-1",

@@ -15,6 +15,7 @@ from practice_data import practice  # tests/training/practice_data.py
 def tiny_settings(settings, tiny_model):
     settings.engine.model = tiny_model
     settings.training.method = "grpo"  # pinned: profiles choose their own default
+    settings.training.full_finetune = False  # these check adapter folders; the cpu profile trains all weights
     settings.training.learning_rate = 1e-2
     settings.training.micro_batch_size = 4
     return settings

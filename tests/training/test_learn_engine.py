@@ -33,6 +33,7 @@ def test_grpo_step_on_engine_samples_is_synced_and_served(engine):
     settings.engine.model = weights.full
     settings.training.learning_rate = 1e-2
     settings.training.method = "grpo"
+    settings.training.full_finetune = False  # these check adapter folders; the cpu profile trains all weights
     run_id = f"learn-engine-{uuid.uuid4().hex[:8]}"
     if weights.lora is not None:
         engine.store.add_checkpoint(Checkpoint(run_id, engine.policy_version, None, "lora", str(weights.lora)))
