@@ -2,7 +2,8 @@
 
     engine.pause_for_training()      drain, then sleep (GPU: vLLM sleep mode) or just stop serving (CPU)
     train                            resume the trainer from the latest checkpoint; SFT and/or GRPO steps
-    save                             checkpoints_dir/v{N}: adapter or full weights + optimizer state
+    save                             checkpoints_dir/v{N}: adapter or full weights + optimizer state (kept
+                                     for each run's newest checkpoint only: `drop_stale_optimizer_states`)
     engine.load_weights(path, kind)  LoRA adapter load or full reload, wake, canary, serve: version N
 
 A phase with nothing to learn (every group's rollouts scored the same, beta 0) does not pause serving and
@@ -178,6 +179,7 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
             summary = {**_last(result.steps), "global_step": float(global_step)}
             result.checkpoint = Checkpoint(run_id, result.policy_version, iteration, kind, str(path), summary)
             store.add_checkpoint(result.checkpoint)
+            drop_stale_optimizer_states(store)
         else:  # no step changed the weights: the policy is the one serving, no new version
             note("no update: no step had a token to learn from", 0.0, steps=len(result.steps))
     except Interrupted:
@@ -193,6 +195,27 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
             note("serving resumed without new weights", timings["resume_s"], policy_version=engine.policy_version)
     store.add_metrics(run_id, global_step, {k: v for k, v in timings.items()})
     return result
+
+
+def drop_stale_optimizer_states(store: Store) -> list[Path]:
+    """Delete `trainer/optimizer.pt` from every checkpoint but each run's newest; returns what was deleted.
+
+    The optimizer state is read only to resume a run from its newest checkpoint (a run that continues from
+    another's policy resumes from the newest one too). Older versions keep their weights, so they stay
+    servable and exportable; their AdamW moments (twice the trained weights: 1 GB a version for the bundled
+    model trained in full) would otherwise grow the data directory by that much every iteration. Called
+    after the new checkpoint's row is stored, so a crash at any point leaves a resumable run."""
+    from appliance.training.trainer import OPTIMIZER_FILE
+
+    checkpoints = store.checkpoints()  # oldest first
+    newest = {c.run_id: c.path for c in checkpoints}
+    removed = []
+    for c in checkpoints:
+        state = Path(c.path) / OPTIMIZER_FILE
+        if c.path != newest[c.run_id] and state.exists():
+            state.unlink()
+            removed.append(state)
+    return removed
 
 
 def run_steps(trainer, sft_samples: list[Sample], parts: list[GroupedBatch],

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from appliance.errors import ApplianceError, EngineError, Interrupted
+from appliance.schemas import Checkpoint
 from appliance.testing import FakeEngine
 from appliance.training.advantages import build_groups
-from appliance.training.learn import learn, split_groups
+from appliance.training.learn import drop_stale_optimizer_states, learn, split_groups
+from appliance.training.trainer import OPTIMIZER_FILE
 from practice_data import practice  # tests/training/practice_data.py
 
 
@@ -19,6 +23,22 @@ def tiny_settings(settings, tiny_model):
     settings.training.learning_rate = 1e-2
     settings.training.micro_batch_size = 4
     return settings
+
+
+def test_only_each_runs_newest_checkpoint_keeps_its_optimizer_state(store, tmp_path):
+    def checkpoint(run_id: str, version: int) -> Path:
+        folder = tmp_path / f"v{version}"
+        (folder / "trainer").mkdir(parents=True)
+        (folder / OPTIMIZER_FILE).write_bytes(b"moments")
+        (folder / "model.safetensors").write_bytes(b"weights")
+        store.add_checkpoint(Checkpoint(run_id, version, version, "full", str(folder)))
+        return folder
+
+    a1, a2, b3, a4 = checkpoint("a", 1), checkpoint("a", 2), checkpoint("b", 3), checkpoint("a", 4)
+    assert drop_stale_optimizer_states(store) == [a1 / OPTIMIZER_FILE, a2 / OPTIMIZER_FILE]
+    assert [(f / OPTIMIZER_FILE).exists() for f in (a1, a2, b3, a4)] == [False, False, True, True]
+    assert all((f / "model.safetensors").exists() for f in (a1, a2, b3, a4))
+    assert drop_stale_optimizer_states(store) == []  # idempotent: a crash before or after it loses nothing
 
 
 def test_split_groups_keeps_groups_whole():
@@ -55,6 +75,10 @@ def test_learn_pauses_trains_syncs_and_resumes(store, tiny_settings):
     assert second.policy_version == 2 and second.checkpoint.metrics["global_step"] == 3
     assert (tiny_settings.checkpoints_dir / "v2" / "adapter_model.safetensors").exists()
     assert [c.policy_version for c in store.checkpoints("run")] == [1, 2]
+    # only the newest checkpoint keeps the optimizer state a resume reads; v1 keeps its weights
+    assert (tiny_settings.checkpoints_dir / "v2" / OPTIMIZER_FILE).exists()
+    assert not (tiny_settings.checkpoints_dir / "v1" / OPTIMIZER_FILE).exists()
+    assert (tiny_settings.checkpoints_dir / "v1" / "adapter_model.safetensors").exists()
 
 
 @pytest.mark.slow
