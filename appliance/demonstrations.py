@@ -38,7 +38,7 @@ from typing import Any
 from appliance import episode_shapes
 from appliance.config import Settings
 from appliance.errors import ApplianceError
-from appliance.harness.actions import format_observation, parse_action
+from appliance.harness.actions import parse_action
 from appliance.harness.base import Limits
 from appliance.harness.builtin import first_messages, observation_messages
 from appliance.schemas import Demonstration, Sample, Split, Task, TaskStatus
@@ -107,8 +107,7 @@ def demonstrate(settings: Settings, spec: TaskSpec, *, start: SandboxStarter | N
                     return None
                 if not trained:
                     untrained.append(sum(m["role"] == "assistant" for m in messages))
-                messages.extend([said, *observation_messages(act, format_observation(result, limits.observation_chars,
-                                                                                         timeout))])
+                messages.extend([said, *observation_messages(act, result, limits, timeout)])
                 return result
 
             hidden = [name for name in episode_shapes.unseen_names(spec.instruction, spec.solution)
@@ -143,7 +142,7 @@ def demonstrate(settings: Settings, spec: TaskSpec, *, start: SandboxStarter | N
                     if turn(check, keep=lambda r: r.exit_code == 0 and not r.timed_out, trained=False) is not None:
                         break
         messages.append({"role": "assistant", "content": FINISH})
-        verdict = verify_workspace(settings, spec, workspace, start=start, archive=getattr(sb, "copied_out", None))
+        verdict = verify_workspace(settings, spec, workspace, start=start, archive=sb.copied_out)
         if verdict.error:
             return DemoRun(messages, False, f"verifier: {verdict.error}", verdict.output)
         return DemoRun(messages, verdict.passed and not verdict.tampered, None, verdict.output, tuple(untrained))

@@ -134,7 +134,7 @@ def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> Rollout
             raise _Infra(f"the engine failed {len(failed)} model call(s): {(failed[0].error or '')[:300]}")
         # sb.dropped: what the agent left that cannot leave its sandbox (FIFOs, sockets, links out): tampering
         verdict = verify_workspace(settings, spec, workspace, start=practice.pool.start, dropped=sb.dropped,
-                                   archive=getattr(sb, "copied_out", None))
+                                   archive=sb.copied_out)
         verifier_output, tampered = verdict.output, list(verdict.tampered)
         if verdict.error:
             raise _Infra(f"verifier: {verdict.error}")

@@ -24,7 +24,7 @@ import httpx
 
 from appliance.errors import ApplianceError
 from appliance.harness.actions import Action, format_observation, parse_action
-from appliance.harness.base import ClientConfig, EndReason, Episode, Limits, Shell
+from appliance.harness.base import ClientConfig, CommandResult, EndReason, Episode, Limits, Shell
 
 SYSTEM_PROMPT = """You are a careful agent working in a Linux shell. You are in /workspace, where the \
 task's files are. Each turn, reply with exactly one bash command in a ```bash block; you will then see \
@@ -149,9 +149,10 @@ def first_messages(task_instruction: str) -> list[dict[str, Any]]:
             {"role": "user", "content": f"Task: {task_instruction.strip()}"}]
 
 
-def observation_messages(action: Action, observation: str) -> list[dict[str, Any]]:
-    """The message(s) that carry a command's formatted output back to the model."""
-    return _reply(action, observation)
+def observation_messages(action: Action, result: CommandResult, limits: Limits, timeout: float) -> list[dict[str, Any]]:
+    """The message(s) that carry a command's result back to the model: the one turn formatter of the
+    built-in agent, which demonstrations use too, so a demonstration's observation is the episode's."""
+    return _reply(action, format_observation(result, limits.observation_chars, timeout))
 
 
 def run_builtin(task_instruction: str, shell: Shell, client_config: ClientConfig, limits: Limits | None = None, *,
@@ -186,15 +187,14 @@ def run_builtin(task_instruction: str, shell: Shell, client_config: ClientConfig
                 except ApplianceError as e:
                     raise _Stop(EndReason.SANDBOX_ERROR, str(e)) from None
                 episode.commands += 1
-                observation = format_observation(result, limits.observation_chars, timeout)
-            elif action.submit:
-                observation = ""
-            else:
-                episode.parse_errors += 1
-                observation = action.feedback or ""
+                if action.submit:
+                    raise _Stop(EndReason.SUBMITTED)
+                messages.extend(observation_messages(action, result, limits, timeout))
+                continue
             if action.submit:
                 raise _Stop(EndReason.SUBMITTED)
-            messages.extend(_reply(action, observation))
+            episode.parse_errors += 1
+            messages.extend(_reply(action, action.feedback or ""))
     except _Stop as stop:
         episode.end_reason, episode.error = stop.reason, stop.error
     finally:

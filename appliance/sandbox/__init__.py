@@ -3,6 +3,7 @@
 Modules: `podman` (the appliance's own Podman config, CLI runner, label sweep), `image` (the offline
 image build), `sandbox` (one sandbox: start, exec, put/get, scrub, stop), `transfer` (workspaces as tar
 archives built and sanitized in memory), `shell` (exec results, bounded output, the persistent shell),
+`judge` (the verdict channel: a verifier run whose outcome nothing inside can write),
 `door` (the only way out: a unix socket to the model proxy), `pool` (the concurrency cap), `check` (the
 doctor's end-to-end tests), and `seccomp.json` (the syscall filter every sandbox runs under).
 
@@ -38,9 +39,17 @@ verifier (self-proposed tasks are written by the policy). Protected:
   sandbox that does not come out clean is discarded. Validation keeps one scrubbed sandbox for up to
   `sandbox.validation_reuse` tasks (1: a new sandbox per task).
 - the verifier: never inside the agent's sandbox. It gets the final workspace with protected files put
-  back from the task, modules that would shadow the standard library removed, made read-only, and it is
-  started from outside /workspace (`python3 -I -c`, `bash --noprofile --norc -c` under `env -i` with a
-  fixed PATH). It is run the same way in validation and in rollouts.
+  back from the task, modules that would shadow the standard library removed, git configuration that
+  runs programs taken out, made read-only, and it is started from outside /workspace with a fixed
+  environment. It is run the same way in validation and in rollouts.
+- the verdict (`judge`): a verifier runs the agent's code by design, as its own uid. Its pass/fail is its
+  exit status as read with waitpid by a launcher that is the top process of a fresh `podman exec`;
+  launcher and verifier run from execute-only interpreters (mode 0711 copies under
+  /usr/local/libexec/appliance), which the kernel makes non-dumpable, so no process of the sandbox may
+  ptrace them, read or write their memory or open their descriptors; the launcher's stdout, where the
+  verdict is printed, is held by it and the container runtime alone; a partial score comes only from the
+  verifier's private fd 3. Code the verifier runs can make it fail, never pass: killing the launcher is
+  the rollout's failure, not an infra error.
 - fork bombs (`--pids-limit`), memory bombs (`--memory` = `--memory-swap`), CPU (`--cpus`), runaway
   commands (`timeout -s KILL` inside, per command), runaway sandboxes (`--timeout` lifetime: podman kills
   and removes the container even if the appliance died), leaks (labels + sweeps at start-up/shutdown,
@@ -49,6 +58,10 @@ Not protected:
 - kernel or runc escapes: containers share the host kernel (no gVisor/VM); rootful Podman without a
   user namespace, so a container escape is root on the host. `--userns=auto` would add a layer but needs
   /etc/subuid entries; a VM is the answer for hostile code.
+- what a verifier's own logic trusts: code it runs may rewrite workspace files (same uid) before the
+  verifier reads them, or print anything on a stdout they share; a verifier that trusts such a file or
+  text decides by its own logic. A bash verifier that hands fd 3 to the code it runs lets that code
+  write a failure's partial score (capped below a pass, never a pass).
 - covert channels: a verifier can still tell a reused validation sandbox from a new one by PID numbers,
   uptime or timing, and behave differently; a strict-in-validation, lenient-in-rollouts verifier is
   limited to what it can infer this way (setup's markers and processes are gone). Timing channels

@@ -24,13 +24,10 @@ from __future__ import annotations
 import json
 import subprocess
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from appliance.errors import SandboxError
+from appliance.sandbox.api import SandboxAPI
 from appliance.sandbox.podman import podman_bin, podman_cwd, podman_env
-
-if TYPE_CHECKING:
-    from appliance.sandbox.sandbox import Sandbox
 
 LIBEXEC = "/usr/local/libexec/appliance"
 LAUNCHER = [f"{LIBEXEC}/judge-python3", "-I", "-S", f"{LIBEXEC}/judge-launcher.py"]
@@ -51,7 +48,7 @@ class JudgeRun:
     killed: str | None = None  # the launcher itself died: a process of the sandbox killed it
 
 
-def run_judge(sb: Sandbox, lang: str, source: str, *, timeout_s: float, env: dict[str, str]) -> JudgeRun:
+def run_judge(sb: SandboxAPI, lang: str, source: str, *, timeout_s: float, env: dict[str, str]) -> JudgeRun:
     """Run `source` (python or bash) as the verifier over the sandbox's /workspace; see the module doc.
 
     Raises SandboxError only when the machine failed (the sandbox is gone, podman errors, the image lacks

@@ -23,9 +23,12 @@ import tarfile
 import time
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING
 
 from appliance.errors import SandboxError
+
+if TYPE_CHECKING:
+    from appliance.sandbox.api import SandboxShell
 
 _KINDS = {tarfile.FIFOTYPE: "fifo", tarfile.CHRTYPE: "device", tarfile.BLKTYPE: "device",
           tarfile.SYMTYPE: "link", tarfile.LNKTYPE: "hard link"}
@@ -274,7 +277,7 @@ def unpack(data: bytes, dest: Path) -> None:
 _EOF = "__APPLIANCE_TAR_EOF__"
 
 
-def shell_put(shell: Any, data: bytes, dest: str = "/workspace", timeout: float = 60) -> None:
+def shell_put(shell: SandboxShell, data: bytes, dest: str = "/workspace", timeout: float = 60) -> None:
     """Extract an archive at `dest` inside the sandbox (as the agent: no owners, umask'd modes)."""
     b64 = base64.encodebytes(data).decode()
     r = shell.run(f"base64 -d <<'{_EOF}' | tar -x --no-same-owner -C {dest}\n{b64}{_EOF}\n", timeout=timeout)
@@ -283,7 +286,7 @@ def shell_put(shell: Any, data: bytes, dest: str = "/workspace", timeout: float 
                            "an infra error; `appliance doctor` checks the sandbox")
 
 
-def shell_get(shell: Any, src: str = "/workspace", timeout: float = 60) -> tuple[bytes, list[str]] | None:
+def shell_get(shell: SandboxShell, src: str = "/workspace", timeout: float = 60) -> tuple[bytes, list[str]] | None:
     """The tree at `src` as a sanitized archive and what was dropped; None when the shell's output cap cut it
     (then use `Sandbox.get_tar`). Unreadable files are left out (the agent's doing), never an error."""
     r = shell.run(f"tar -c --ignore-failed-read -C {src} . | base64 -w0", timeout=timeout)

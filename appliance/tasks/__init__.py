@@ -10,7 +10,8 @@ A task is a directory::
     workspace/     the files the agent starts with (UTF-8 text), copied to /workspace
     setup.sh       optional bash run in /workspace before the agent starts (no network)
     verify.sh      or verify.py: run in /workspace of a fresh sandbox after the episode;
-                   exit 0 = pass; may print `SCORE=<0..1>` (last one wins) for partial credit
+                   exit 0 = pass; may write `SCORE=<0..1>` to fd 3 (last one wins) for
+                   partial credit on a failure (appliance.tasks.verify)
     solution.sh    the reference solution (bash in /workspace)
 
 or a single TOML file with the same keys plus `setup`, `verify`, `verify_lang` ("bash" | "python"),

@@ -33,6 +33,7 @@ from typing import Any
 
 from appliance.config import Settings
 from appliance.errors import ApplianceError, NotFoundError, SandboxError, TaskFormatError
+from appliance.sandbox.api import SandboxAPI
 from appliance.sandbox.sandbox import workspace_bytes
 from appliance.sandbox.transfer import pack_files, reroot, shell_get
 from appliance.schemas import Split, Task, TaskStatus
@@ -53,7 +54,7 @@ from appliance.tasks.verify import (
     written_score,
 )
 
-__all__ = ["REASONS", "Stage", "Validation", "VerifyResult", "admit", "validate_agent_free", "validate_many",
+__all__ = ["REASONS", "SandboxStarter", "Stage", "Validation", "VerifyResult", "admit", "validate_agent_free", "validate_many",
            "verify_workspace", "write_workspace"]
 
 # Rejection reasons, stored verbatim in tasks.reject_reason (tests and the report group by them).
@@ -116,7 +117,7 @@ def _command(script: str) -> str:
     return f"(cd /workspace && exec bash -c {shlex.quote(script)})"
 
 
-def _get(sb: Any) -> tuple[bytes, list[str]]:
+def _get(sb: SandboxAPI) -> tuple[bytes, list[str]]:
     """The workspace out of a sandbox whose processes are dead, rooted like `pack_dir`'s archive; through
     the shell when it fits, else streamed by `podman exec` (which names members `workspace/...`)."""
     sb.scrub(wipe=False)
@@ -147,7 +148,7 @@ def validate_many(settings: Settings, specs: list[TaskSpec], *, parallel: int = 
     todo = iter(range(len(specs)))
     lock = threading.Lock()
 
-    def close(sb: Any) -> None:
+    def close(sb: SandboxAPI) -> None:
         try:
             sb.__exit__(None, None, None)
         except ApplianceError:
@@ -218,7 +219,7 @@ def validate_many(settings: Settings, specs: list[TaskSpec], *, parallel: int = 
     return [r if r is not None else Validation(False, [], "infra: validation did not run") for r in results]
 
 
-def _stages(sb: Any, spec: TaskSpec, stages: list[Stage]) -> str | None:
+def _stages(sb: SandboxAPI, spec: TaskSpec, stages: list[Stage]) -> str | None:
     limit = spec.limits.timeout_s
     files = pack_files(spec.files)
     sh = sb.shell()

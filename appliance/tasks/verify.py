@@ -20,14 +20,13 @@ from __future__ import annotations
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from appliance.config import Settings
 from appliance.errors import ApplianceError
+from appliance.sandbox.api import SandboxAPI, SandboxStarter
 from appliance.sandbox.judge import JudgeRun, run_judge
 from appliance.sandbox.transfer import members, overlay, pack_dir, shell_put, without
 from appliance.tasks.format import TaskSpec
@@ -45,10 +44,6 @@ SHADOWED = frozenset(sys.stdlib_module_names) | {"sitecustomize", "usercustomize
 _SCORE = re.compile(r"^SCORE=\s*([0-9.eE+-]+)\s*$", re.M)
 # A python verifier that cannot run at all (as opposed to one that fails by assert or exception).
 _CANNOT_RUN = re.compile(r"^(SyntaxError|IndentationError|TabError|ImportError|ModuleNotFoundError)\b", re.M)
-
-# Starting a sandbox without a door: `Sandbox.start` or `SandboxPool.start`.
-SandboxStarter = Callable[..., AbstractContextManager[Any]]
-
 
 @dataclass(slots=True)
 class VerifyResult:
@@ -110,7 +105,7 @@ def judge_env() -> dict[str, str]:
     return {"PATH": SAFE_PATH, "HOME": "/home/agent", "USER": "agent", "LANG": "C.UTF-8", "TERM": "dumb", **GIT_ENV}
 
 
-def judge(sb: Any, spec: TaskSpec, archive: bytes) -> JudgeRun:
+def judge(sb: SandboxAPI, spec: TaskSpec, archive: bytes) -> JudgeRun:
     """Run the verifier over `archive` (prepared already) in a scrubbed sandbox, read-only."""
     sb.scrub()
     put(sb, archive)
@@ -122,7 +117,7 @@ def judge(sb: Any, spec: TaskSpec, archive: bytes) -> JudgeRun:
         shell.lost()
 
 
-def put(sb: Any, archive: bytes) -> None:
+def put(sb: SandboxAPI, archive: bytes) -> None:
     """Through the shell when small (a few ms), else streamed by `podman exec` (bounded memory)."""
     if len(archive) <= SHELL_PUT_MAX:
         shell_put(sb.shell(), archive)
@@ -158,8 +153,9 @@ def cannot_run(spec: TaskSpec, r: JudgeRun) -> bool:
     uncaught AssertionError or any other non-zero exit is a plain failure."""
     if r.exit_code in (126, 127):
         return True
-    return spec.verify_lang == "python" and "Traceback (most recent call last)" in r.stderr and bool(
-        _CANNOT_RUN.search(r.stderr.rstrip().rsplit("\n", 1)[-1]))
+    # (a syntax error in `python3 -c` prints no "Traceback" line: only the last line tells)
+    return spec.verify_lang == "python" and r.exit_code == 1 and bool(
+        _CANNOT_RUN.match(r.stderr.rstrip().rsplit("\n", 1)[-1]))
 
 
 def output_of(r: JudgeRun) -> str:

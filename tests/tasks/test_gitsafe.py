@@ -1,0 +1,99 @@
+"""Issue 27: git in a verifier runs no program the agent configured in its repository."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from appliance.config import Settings
+from appliance.sandbox.transfer import members, pack_files, read_member
+from appliance.tasks import TaskSpec, verify_workspace
+from appliance.tasks.gitsafe import defuse_git, sanitize_config
+
+# Every key the issue names, and the rest of the program-running family, one by one.
+PROGRAM_KEYS = [
+    ("core", None, "fsmonitor"), ("core", None, "hooksPath"), ("core", None, "pager"), ("core", None, "editor"),
+    ("core", None, "sshCommand"), ("core", None, "askPass"), ("diff", None, "external"), ("diff", "x", "textconv"),
+    ("diff", "x", "command"), ("gpg", None, "program"), ("gpg", "ssh", "program"), ("log", None, "showSignature"),
+    ("alias", None, "st"), ("pager", None, "log"), ("filter", "x", "clean"), ("filter", "x", "smudge"),
+    ("filter", "x", "process"), ("credential", None, "helper"), ("include", None, "path"),
+    ("includeIf", "gitdir:/", "path"), ("sequence", None, "editor"), ("merge", "x", "driver"),
+    ("remote", "origin", "uploadpack"), ("submodule", "x", "update"), ("interactive", None, "diffFilter"),
+]
+
+
+@pytest.mark.parametrize("section, sub, key", PROGRAM_KEYS)
+def test_each_program_key_is_dropped_and_named(section: str, sub: str | None, key: str) -> None:
+    head = f'[{section} "{sub}"]' if sub else f"[{section}]"
+    text = f"[core]\n\tbare = false\n{head}\n\t{key} = /workspace/evil.sh\n[user]\n\tname = agent\n"
+    clean, dropped = sanitize_config(text)
+    name = f"{section.lower()}." + (f"{sub}." if sub else "") + key.lower()
+    assert "evil" not in clean, clean
+    assert dropped == [name]
+    assert "name = agent" in clean and "bare = false" in clean
+
+
+def test_odd_spellings_do_not_smuggle_a_key_through() -> None:
+    text = ('[core] fsmonitor = /evil\n[diff.x] textconv = 1\n[ALIAS]\n\tst = !evil\n[diff "y"]\n\ttextconv = a \\\n b\n'
+            "[remote \"o\"]\n\turl = /r\n")
+    clean, dropped = sanitize_config(text)
+    assert "evil" not in clean and "textconv" not in clean and " b" not in clean, clean
+    assert "url = /r" in clean
+    assert {"core.fsmonitor", "alias.st", "diff.x.textconv", "diff.y.textconv"} <= set(dropped)
+
+
+def test_hooks_are_removed_from_every_repository_in_the_archive() -> None:
+    archive = pack_files({"repo/.git/HEAD": "ref: refs/heads/main\n", "repo/.git/config": "[core]\n\tfsmonitor = x\n",
+                          "repo/.git/refs/heads/.keep": "", "repo/.git/hooks/post-checkout": "#!/bin/sh\n",
+                          "repo/.git/hooks/pre-commit.sample": "", "bare.git/HEAD": "ref: refs/heads/main\n",
+                          "bare.git/config": "[alias]\n\tx = !y\n", "bare.git/objects/.keep": "", "a.txt": "a\n"})
+    defused, tampered = defuse_git(archive)
+    names = members(defused)
+    assert "repo/.git/hooks/post-checkout" not in names and "repo/.git/hooks/pre-commit.sample" in names
+    assert b"fsmonitor" not in (read_member(defused, "repo/.git/config") or b"")
+    assert b"alias" in (read_member(defused, "bare.git/config") or b"") and b"!y" not in (
+        read_member(defused, "bare.git/config") or b"")
+    assert sorted(tampered) == ["bare.git/config: alias.x (runs a program)", "repo/.git/config: core.fsmonitor "
+                                "(runs a program)", "repo/.git/hooks/post-checkout (hook)"]
+
+
+# --- in real sandboxes: the verifier runs the git command; it "passes" only if the planted program ran ---
+REPO = ("mkdir repo && cd repo && git init -q -b main && git config user.name a && git config user.email a@b\n"
+        "echo v1 > a.txt && git add a.txt && git commit -qm one && echo v2 > a.txt\n"
+        "printf '#!/bin/sh\\ntouch /tmp/pwned\\ncat\\n' > /workspace/evil.sh && chmod +x /workspace/evil.sh\n")
+SIGNED = ("tree=$(git write-tree)\n"  # a commit object with a signature header: log.showSignature runs gpg on it
+          "printf 'tree %s\\nparent %s\\nauthor a <a@b> 1 +0000\\ncommitter a <a@b> 1 +0000\\ngpgsig -----BEGIN PGP "
+          "SIGNATURE-----\\n x\\n -----END PGP SIGNATURE-----\\n\\nsigned\\n' $tree $(git rev-parse HEAD) > /tmp/c\n"
+          "git update-ref refs/heads/main $(git hash-object -t commit -w /tmp/c)\n")
+CASES = {
+    "core.fsmonitor": ("git config core.fsmonitor /workspace/evil.sh", ["status"]),
+    "diff.external": ("git config diff.external /workspace/evil.sh", ["diff"]),
+    "diff.textconv": ("git config diff.x.textconv /workspace/evil.sh && echo '*.txt diff=x' > .gitattributes",
+                      ["diff"]),
+    "filter.clean": ("git config filter.x.clean /workspace/evil.sh && echo '*.txt filter=x' > .gitattributes",
+                     ["diff"]),
+    "include.path": ("printf '[core]\\n\\tfsmonitor = /workspace/evil.sh\\n' > ../inc.cfg && "
+                     "git config include.path /workspace/inc.cfg", ["status"]),
+    "gpg.program": (SIGNED + "git config gpg.program /workspace/evil.sh && git config log.showSignature true",
+                    ["log", "-1"]),
+}
+VERIFY = ("import os, subprocess, sys\nsubprocess.run(['git', *ARGS], cwd='repo', capture_output=True, timeout=20)\n"
+          "sys.exit(0 if os.path.exists('/tmp/pwned') else 1)\n")
+
+
+@pytest.mark.slow  # real Podman
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_planted_git_program_never_runs_in_the_verifier(sandbox_settings: Settings, tmp_path: Path, case: str) -> None:
+    from appliance.sandbox import Sandbox
+
+    configure, args = CASES[case]
+    spec = TaskSpec(id=f"git-{case}", family="git", difficulty=3, instruction="x", verify_lang="python",
+                    verify=VERIFY.replace("ARGS", repr(args)), solution="true\n")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with Sandbox.start(sandbox_settings, workspace=ws) as sb:
+        made = sb.exec(REPO + f"{configure}\ngit {' '.join(args)} >/dev/null 2>&1; test -e /tmp/pwned")
+        assert made.exit_code == 0, made.stderr  # the planted program does run in the agent's own sandbox
+    verdict = verify_workspace(sandbox_settings, spec, ws, archive=sb.copied_out)
+    assert not verdict.passed and verdict.error is None, verdict.output
