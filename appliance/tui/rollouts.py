@@ -107,7 +107,7 @@ class RolloutsScreen(PollingScreen):
             rows.append((t["task_id"], f"{spec.family}/{spec.difficulty}", str(t["n"]), str(t["running"]),
                          str(t["finished"]), str(t["success"]), str(t["infra_error"]),
                          "-" if t["reward"] is None else f"{t['reward']:.2f}"))
-        selected = next((t["rollouts"] for t in shown if t["task_id"] == task), [])
+        selected: list[Rollout] = next((t["rollouts"] for t in shown if t["task_id"] == task), [])
         return RolloutsData(run_title(ctx.run, "rollouts"), subtitle, tuple(rows), keys, tuple(selected))
 
     def action_evaluation(self) -> None:
