@@ -120,3 +120,17 @@ def test_markdown_tables_lists_and_code_are_escaped() -> None:
     out = markdown_html("# T\n\n| family | L1 |\n|---|---|\n| <b>x</b> | 1/2 |\n\n- ran `rm <x>` **now**")
     assert "<h1>T</h1>" in out and "<th>family</th>" in out and "<td>&lt;b&gt;x&lt;/b&gt;</td>" in out
     assert "<li>ran <code>rm &lt;x&gt;</code> <strong>now</strong></li>" in out
+
+
+def test_a_hostile_family_name_is_escaped_in_the_charts_and_tables(tmp_path: Path) -> None:
+    store = Store(tmp_path / "appliance.db")
+    store.create_run("r", {})
+    store.set_eval("r", 0, 0, '<svg onload="x">', 2, 4, 1)
+    report, md = build_report(store, "r", 0)
+    page = write_html(store, "r", report, md, tmp_path / "r.html").read_text()
+    store.close()
+    parsed = Page()
+    parsed.feed(page)
+    assert parsed.svgs == 1 + 1 + 1 + 6  # the curve, one family, one level, the training metrics: no other svg
+    assert not any(k.startswith("on") for _, a, _ in parsed.tags for k in a)
+    assert '<svg onload="x">' in parsed.cells and '<svg onload="x">' in {a.get("aria-label") for t, a, _ in parsed.tags}
