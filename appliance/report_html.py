@@ -30,7 +30,7 @@ from appliance.store import Store
 # (metric name in `metrics`, label): the training signals a reader asks about first
 TRAINING_METRICS = [
     ("loss", "GRPO loss"), ("sft_loss", "SFT loss"), ("reward_mean", "reward (mean)"),
-    ("groups_with_signal", "groups with signal"), ("logprob_gap_mean", "engine/trainer logprob gap (mean abs)"),
+    ("groups_with_signal", "groups with signal"), ("logprob_gap_mean", "logprob gap, engine vs trainer"),
     ("is_ratio_mean", "engine IS ratio (mean)"),
 ]
 MAX_MARKERS = 80  # a series with more points is drawn as a line alone: thousands of circles help nobody
@@ -142,7 +142,7 @@ def training_charts(store: Store, run_id: str) -> list[Chart]:
     for name, label in TRAINING_METRICS:
         points = [Point(step, value, label=f"step {step}: {value:.4g}")
                   for step, value in store.metric_series(run_id, name) if math.isfinite(value)]
-        out.append(Chart(f"{label} [{name}]", "optimizer step", points))
+        out.append(Chart(label, f"optimizer step · {name}", points))
     return out
 
 
@@ -155,8 +155,8 @@ def _natural(name: str) -> tuple[Any, ...]:
 
 def svg_chart(chart: Chart, *, width: int = 300, height: int = 190) -> str:
     """One chart as inline SVG: points joined by a line, each with its interval bar where it has one."""
-    left, right, top, bottom = 46, 12, 22, 34
-    title = f'<text class="title" x="{left}" y="14">{esc(chart.title)}</text>'
+    left, right, top, bottom = 46, 12, 30, 34
+    title = f'<text class="title" x="8" y="14">{esc(chart.title)}</text>'
     if not chart.points:
         return (f'<svg class="chart" width="{width}" height="{height}" role="img" aria-label="{esc(chart.title)}">'
                 f'{title}<text class="empty" x="{left}" y="{height / 2:.0f}">not recorded in this run</text></svg>')

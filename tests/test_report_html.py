@@ -86,7 +86,8 @@ def test_the_page_has_the_curve_with_intervals_the_training_metrics_and_the_tabl
     assert all(float(a["data-low"]) < float(a["data-high"]) for a in intervals)
     labels = {a.get("aria-label") for t, a, _ in parsed.tags if t == "svg"}
     assert {"files", "text", "L2", "L3"} <= labels  # per family and per level
-    assert "GRPO loss [loss]" in labels and "groups with signal [groups_with_signal]" in labels
+    assert "GRPO loss" in labels and "groups with signal" in labels
+    assert "optimizer step · logprob_gap_mean" in "".join(parsed.text)
     # the report's tables: held-out and practice pass rates by family x level
     assert sum(t == "table" for t, _, _ in parsed.tags) >= 1
     assert "family" in parsed.cells and "4/4" in parsed.cells
