@@ -18,6 +18,7 @@ from typing import Any
 from appliance.lineage import describe_version, start_label
 from appliance.schemas import FailureMode, Outcome, Rollout, TaskStatus
 from appliance.store import Store
+from appliance.tasks.difficulty import wilson
 
 # read as its outcome's default: infra on a rollout that is no infra error (nothing writes that). A
 # verifier_timeout is its own mode: practice scores it as the agent's failure (what the agent left made the
@@ -87,13 +88,7 @@ def build_report(store: Store, run_id: str, iteration: int,
         if t.split == "train" and t.status in (TaskStatus.LEARNABLE, TaskStatus.TOO_EASY, TaskStatus.TOO_HARD):
             band[t.family][str(t.status)] += 1
 
-    regressions = []
-    previous = {(r["family"], r["difficulty"]): r for r in by_iter.get(iteration - 1, [])}
-    for row in current:
-        prev = previous.get((row["family"], row["difficulty"]))
-        if prev and prev["n"] and row["n"] and row["passed"] / row["n"] < prev["passed"] / prev["n"]:
-            regressions.append({"family": row["family"], "difficulty": row["difficulty"],
-                                "before": prev["passed"] / prev["n"], "after": row["passed"] / row["n"]})
+    regressions, within_noise = regressions_of(current, by_iter.get(iteration - 1, []))
 
     family_rates = {}
     for family, levels in train.items():  # practice only: what steers the curriculum never reads the held-out set
@@ -114,6 +109,8 @@ def build_report(store: Store, run_id: str, iteration: int,
         "infra_error_rate": (len(train_rollouts) - len(valid)) / len(train_rollouts) if train_rollouts else 0.0,
         "rollouts": len(train_rollouts),
         "regressions": regressions,
+        "regressions_within_noise": within_noise,
+        "regression_rule": REGRESSION_RULE,
         "band": {f: dict(c) for f, c in band.items()},
         "family_pass_rate": family_rates,
         "weak_families": weak,
@@ -132,6 +129,32 @@ def build_report(store: Store, run_id: str, iteration: int,
         report["analysis_withheld"] = {"text": report["analysis"][:500], "why": verdict}
         report["analysis"] = f"(the policy's analysis was withheld: {verdict})"
     return report, render_markdown(report)
+
+
+REGRESSION_RULE = ("a held-out cell regressed when its 95 % Wilson interval lies wholly below the previous "
+                   "iteration's (the two intervals do not overlap); a smaller drop is within noise")
+
+
+def regressions_of(current: list[dict[str, Any]], previous: list[dict[str, Any]]
+                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Held-out cells (evals rows) whose pass rate went down since the previous iteration: (regressions,
+    within noise). A cell holds a few rollouts (4 by default), so 1/4 -> 0/4 is what sampling alone gives;
+    only a drop whose two Wilson intervals do not overlap is reported as a regression. Non-overlap is a
+    conservative test (stricter than a two-proportion test at 5 %): a listed regression is one to act on."""
+    before = {(r["family"], r["difficulty"]): r for r in previous}
+    found: list[dict[str, Any]] = []
+    noise: list[dict[str, Any]] = []
+    for row in current:
+        prev = before.get((row["family"], row["difficulty"]))
+        if not (prev and prev["n"] and row["n"]) or row["passed"] / row["n"] >= prev["passed"] / prev["n"]:
+            continue
+        was, now = wilson(prev["passed"], prev["n"]), wilson(row["passed"], row["n"])
+        cell = {"family": row["family"], "difficulty": row["difficulty"],
+                "before": prev["passed"] / prev["n"], "after": row["passed"] / row["n"],
+                "before_counts": [prev["passed"], prev["n"]], "after_counts": [row["passed"], row["n"]],
+                "before_interval": list(was), "after_interval": list(now)}
+        (found if now[1] < was[0] else noise).append(cell)
+    return found, noise
 
 
 def _model(store: Store, run_id: str, version: int | None) -> dict[str, Any]:
@@ -314,9 +337,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines += ["", "## Habits (practice)", "",
                   f"- {h['commands_mean']:.1f} commands per episode; {h['only_looks']} of {h['episodes']} episodes "
                   "only looked (ls, cat, head, ...) and never acted", f"- {after}"]
-    if report["regressions"]:
-        lines += ["", "## Regressions", ""]
-        lines += [f"- {r['family']} L{r['difficulty']}: {r['before']:.0%} → {r['after']:.0%}" for r in report["regressions"]]
+    lines += render_regressions(report)
     if report["band"]:
         lines += ["", "## Learnable band", ""]
         lines += [f"- {f}: " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())) for f, c in sorted(report["band"].items())]
@@ -324,6 +345,28 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines += ["", "## Weakest families", "", ", ".join(report["weak_families"][:5]) or "n/a",
               "", "## The policy's own analysis", "", report["analysis"], ""]
     return "\n".join(lines)
+
+
+def render_regressions(report: dict[str, Any]) -> list[str]:
+    """The held-out cells that went down: regressions beyond noise, and how many drops were within it."""
+    found, noise = report["regressions"], report.get("regressions_within_noise") or []
+    if not found and not noise:
+        return []
+
+    def cell(r: dict[str, Any]) -> str:
+        if "before_counts" not in r:  # reports saved before the noise rule carry the rates alone
+            return f"{r['family']} L{r['difficulty']}: {r['before']:.0%} → {r['after']:.0%}"
+        (bp, bn), (ap, an) = r["before_counts"], r["after_counts"]
+        (blo, bhi), (alo, ahi) = r["before_interval"], r["after_interval"]
+        return (f"{r['family']} L{r['difficulty']}: {bp}/{bn} [{blo:.0%}, {bhi:.0%}] → "
+                f"{ap}/{an} [{alo:.0%}, {ahi:.0%}]")
+
+    lines = ["", "## Regressions", "", f"Rule: {report.get('regression_rule') or REGRESSION_RULE}.", ""]
+    lines += [f"- {cell(r)}" for r in found] or ["- none beyond noise"]
+    if noise:
+        lines += ["", f"Within noise: {len(noise)} cell(s) went down by less than the intervals can tell: "
+                  + "; ".join(cell(r) for r in noise)]
+    return lines
 
 
 def render_curriculum(report: dict[str, Any]) -> list[str]:

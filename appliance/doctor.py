@@ -193,8 +193,114 @@ def check_gpus(settings: Settings) -> Check:
     return Check("gpus", True, f"{len(gpus)} GPU(s): " + "; ".join(gpus), required=required)
 
 
+# --- an unprivileged container host --------------------------------------------------------------
+# Many rented GPU servers are not machines but containers ("pods"): Docker, Podman, LXC or a Kubernetes
+# pod without the privileges nested Podman needs. There every sandbox fails, and podman's own errors
+# ("mount: permission denied", "cannot set up namespace") do not say why. This check names the cause.
+CAP_SYS_ADMIN = 21  # bit in CapEff: mounts, namespaces; Docker's and Kubernetes' defaults drop it
+CONTAINER_MARKERS = {"docker": "docker", "libpod": "podman", "kubepods": "kubernetes", "lxc": "lxc",
+                     "containerd": "containerd"}
+FIX = ("start the appliance as its container with `scripts/container run` (it passes --privileged and the "
+       "two volumes; the Docker equivalent is in docs/DEPLOYMENT.md \"Which rented servers work\"); a provider "
+       "that only hands out unprivileged containers (GPU pods) cannot run the sandboxes: rent a VM or a bare-metal "
+       "server instead")
+
+
+def container_evidence(root: Path = Path("/"), environ: dict[str, str] | None = None) -> dict[str, str]:
+    """What says this process runs inside a container, as {kind: the evidence}; empty on a plain host or VM.
+    `root` is where /.dockerenv, /run/.containerenv and /proc are read (tests pass a fixture tree)."""
+    env = os.environ if environ is None else environ
+    found: dict[str, str] = {}
+    if (root / ".dockerenv").exists():
+        found["docker"] = "/.dockerenv exists"
+    if (root / "run/.containerenv").exists():
+        found["podman"] = "/run/.containerenv exists"
+    if env.get("KUBERNETES_SERVICE_HOST"):
+        found["kubernetes"] = "KUBERNETES_SERVICE_HOST is set"
+    cgroup = _read(root / "proc/1/cgroup")
+    for marker, kind in CONTAINER_MARKERS.items():
+        if marker in cgroup:
+            found.setdefault(kind, f"/proc/1/cgroup names {marker}")
+    for line in _read(root / "proc/1/environ").split("\0"):
+        if line.startswith("container="):
+            found.setdefault(line.split("=", 1)[1] or "container", f"PID 1 has {line}")
+    for fields in _mounts(root):
+        if fields["point"] == "/" and fields["fstype"] == "overlay":
+            for marker, kind in (("/docker/", "docker"), ("containers/storage", "podman"), ("containerd", "containerd")):
+                if marker in fields["super"]:
+                    found.setdefault(kind, f"the root filesystem is an overlay under {marker.strip('/')}")
+    return found
+
+
+def missing_privileges(root: Path = Path("/"),
+                       probe: Callable[[], str | None] | None = None) -> list[str]:
+    """What nested Podman needs and this process lacks: CAP_SYS_ADMIN, writable cgroups, new namespaces."""
+    missing = []
+    caps = next((line.split()[1] for line in _read(root / "proc/self/status").splitlines()
+                 if line.startswith("CapEff:")), None)
+    if caps is not None and not int(caps, 16) >> CAP_SYS_ADMIN & 1:
+        missing.append(f"no CAP_SYS_ADMIN (CapEff {caps})")
+    for fields in _mounts(root):
+        if fields["point"] == "/sys/fs/cgroup" and "ro" in fields["options"].split(","):
+            missing.append("/sys/fs/cgroup is mounted read-only")
+    failure = (probe or _unshare)()
+    if failure:
+        missing.append(failure)
+    return missing
+
+
+def check_container_host(settings: Settings, root: Path = Path("/"), environ: dict[str, str] | None = None,
+                         probe: Callable[[], str | None] | None = None) -> Check:
+    evidence = container_evidence(root, environ)
+    if not evidence:
+        return Check("container host", True, "not inside a container (a plain host or VM)")
+    kinds = ", ".join(sorted(evidence))
+    why = "; ".join(evidence.values())
+    missing = missing_privileges(root, probe)
+    if missing:
+        return Check("container host", False,
+                     f"inside an unprivileged {kinds} container ({why}): nested Podman cannot start the sandboxes: "
+                     + "; ".join(missing), FIX)
+    return Check("container host", True, f"inside a {kinds} container ({why}) with the privileges nested Podman "
+                 "needs (CAP_SYS_ADMIN, writable cgroups, new namespaces)")
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:  # absent, or unreadable without privileges: no evidence either way
+        return ""
+
+
+def _mounts(root: Path) -> list[dict[str, str]]:
+    """/proc/self/mountinfo: mount point, mount options, filesystem type and its options per line."""
+    out = []
+    for line in _read(root / "proc/self/mountinfo").splitlines():
+        head, sep, tail = line.partition(" - ")
+        left, right = head.split(), tail.split()
+        if sep and len(left) >= 6 and len(right) >= 2:
+            out.append({"point": left[4], "options": left[5], "fstype": right[0],
+                        "super": " ".join(right[1:])})
+    return out
+
+
+def _unshare() -> str | None:
+    """Whether this process may create the namespaces a sandbox needs; the failure, or None."""
+    if shutil.which("unshare") is None:
+        return None  # util-linux missing: no evidence, the podman check will say what fails
+    try:
+        out = subprocess.run(["unshare", "--mount", "--uts", "--ipc", "--pid", "--fork", "true"],
+                             capture_output=True, text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        return "creating namespaces (unshare) did not finish in 20 s"
+    if out.returncode != 0:
+        return f"creating namespaces failed: unshare: {(out.stderr.strip() or f'exit {out.returncode}')[:160]}"
+    return None
+
+
 CHECKS: list[Callable[[Settings], Check]] = [
-    check_data_dir, check_store, check_resources, check_shared_memory, check_podman, check_image, check_model,
+    check_data_dir, check_store, check_resources, check_shared_memory, check_container_host, check_podman,
+    check_image, check_model,
     check_model_identity,
     check_vllm, check_gpus, check_isolation,
 ]

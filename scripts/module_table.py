@@ -76,6 +76,9 @@ ROOMS = [
                              "turned into tasks; self-proposal behind a setting"),
     Room(8, ("loop",), "the reconciler: `Loop.tick` runs the current iteration's next phase, resumably; composes "
                        "the rooms below"),
+    Room(8, ("report_html",), "the capability report as one self-contained HTML page for copying off the server: "
+                              "the held-out curve with its intervals per family and level and the training metrics "
+                              "as inline SVG, the report's tables; every stored string escaped"),
     Room(9, ("scheduler",), "APScheduler wiring only: its job calls `Loop.tick`"),
     Room(9, ("tui",), "Textual app: reads the store, sends commands through `control`; the TUI `appliance run` "
                       "opens is a window onto the run, so q detaches it and the run goes on headless"),

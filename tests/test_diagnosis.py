@@ -32,12 +32,44 @@ def test_report_counts_pass_rates_modes_trend_and_regressions(store: Store) -> N
     assert report["train"]["files"]["1"] == {"n": 3, "passed": 1, "pass_rate": 1 / 3}  # infra excluded
     assert report["failure_modes"] == {"wrong_answer": 1, "turn_limit": 1, "infra:sandbox": 1}
     assert report["infra_error_rate"] == 0.25
-    assert report["regressions"] == [{"family": "text", "difficulty": 1, "before": 0.2, "after": 0.1}]
+    # text went 2/10 -> 1/10: its intervals overlap, so it is noise, not a finding
+    assert report["regressions"] == []
+    [drop] = report["regressions_within_noise"]
+    assert (drop["family"], drop["before"], drop["after"]) == ("text", 0.2, 0.1)
+    assert drop["before_counts"] == [2, 10] and drop["after_counts"] == [1, 10]
     # practice alone ranks the families: text's poor held-out cells never steer the curriculum
     assert report["weak_families"] == ["files"] and report["family_pass_rate"] == {"files": 1 / 3}
     assert report["band"] == {"files": {"learnable": 1}}
     assert report["analysis"] == "I am weak at files." and "files" in calls[0]
     assert "Held-out pass@1:** 40.0%" in md and "| files | 7/10 |" in md
+
+
+def test_only_drops_beyond_noise_are_regressions(store: Store) -> None:
+    store.create_run("r", {})
+    before = {"a": 4, "b": 1, "c": 3, "d": 2, "e": 9}  # passed of 4 (e: of 10) at iteration 0
+    after = {"a": 0, "b": 0, "c": 0, "d": 3, "e": 1}
+    for family, passed in before.items():
+        n = 10 if family == "e" else 4
+        store.set_eval("r", 0, 0, family, 2, n, passed)
+        store.set_eval("r", 1, 1, family, 2, n, after[family])
+    report, md = build_report(store, "r", 1)
+    # 4/4 -> 0/4 and 9/10 -> 1/10 clear the noise; 1/4 -> 0/4 and 3/4 -> 0/4 are what 4 samples give; d went up
+    assert [r["family"] for r in report["regressions"]] == ["a", "e"]
+    assert [r["family"] for r in report["regressions_within_noise"]] == ["b", "c"]
+    a = report["regressions"][0]
+    assert a["after_interval"][1] < a["before_interval"][0]
+    assert "Wilson" in report["regression_rule"] and f"Rule: {report['regression_rule']}." in md
+    assert "- a L2: 4/4 [51%, 100%] → 0/4 [0%, 49%]" in md
+    assert "Within noise: 2 cell(s)" in md and "b L2: 1/4" in md
+
+
+def test_no_drops_no_regressions_section(store: Store) -> None:
+    store.create_run("r", {})
+    store.set_eval("r", 0, 0, "files", 2, 4, 1)
+    store.set_eval("r", 1, 1, "files", 2, 4, 1)
+    report, md = build_report(store, "r", 1)
+    assert report["regressions"] == report["regressions_within_noise"] == []
+    assert "## Regressions" not in md
 
 
 def test_a_verifier_timeout_is_its_own_mode_and_still_the_agents_failure(store: Store) -> None:

@@ -6,7 +6,14 @@ from pathlib import Path
 import pytest
 
 from appliance.config import Settings
-from appliance.doctor import check_data_dir, check_gpus, check_model, check_podman, run_checks
+from appliance.doctor import (
+    check_container_host,
+    check_data_dir,
+    check_gpus,
+    check_model,
+    check_podman,
+    run_checks,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 APPLIANCE = REPO / ".venv" / "bin" / "appliance"
@@ -89,3 +96,85 @@ def test_small_shared_memory_names_the_container_flag(tmp_path: Path, settings: 
     monkeypatch.setattr(shutil, "disk_usage", lambda _: shutil._ntuple_diskusage(64 * 2**20, 0, 62 * 2**20))
     c = check_shared_memory(settings, tmp_path)  # podman's default /dev/shm, as vLLM found it
     assert not c.ok and "62 MB free" in c.detail and "--shm-size" in c.hint
+
+
+# --- an unprivileged container host, from fixture trees (never the live machine) -------------------
+
+FULL_CAPS = "000001fffeffffff"  # this CI machine: everything but CAP_SYS_RESOURCE
+DOCKER_DEFAULT_CAPS = "00000000a80425fb"  # Docker's and Kubernetes' default set: no CAP_SYS_ADMIN
+ROOT_EXT4 = "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
+ROOT_OVERLAY = ("700 650 0:88 / / rw,relatime - overlay overlay rw,lowerdir=/var/lib/docker/overlay2/l/AB:"
+                "/var/lib/docker/overlay2/l/CD,upperdir=/var/lib/docker/overlay2/x/diff\n")
+CGROUP_RW = "31 27 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+CGROUP_RO = "712 700 0:30 / /sys/fs/cgroup ro,nosuid,nodev,noexec,relatime - cgroup2 cgroup rw\n"
+
+
+def host_tree(root: Path, *, caps: str, mounts: str, cgroup: str = "0::/\n", files: tuple[str, ...] = (),
+              environ: str = "") -> Path:
+    (root / "proc/self").mkdir(parents=True)
+    (root / "proc/1").mkdir(parents=True)
+    (root / "proc/self/status").write_text(f"Name:\tpython\nCapInh:\t0000000000000000\nCapEff:\t{caps}\n")
+    (root / "proc/self/mountinfo").write_text(mounts)
+    (root / "proc/1/cgroup").write_text(cgroup)
+    (root / "proc/1/environ").write_text(environ)
+    for f in files:
+        (root / f).parent.mkdir(parents=True, exist_ok=True)
+        (root / f).write_text("")
+    return root
+
+
+def namespaces_work() -> None:
+    return None
+
+
+def test_a_plain_host_or_vm_is_no_container(settings: Settings, tmp_path: Path) -> None:
+    root = host_tree(tmp_path, caps=FULL_CAPS, mounts=ROOT_EXT4 + CGROUP_RW, cgroup="12:pids:/user.slice\n0::/\n")
+    c = check_container_host(settings, root, environ={}, probe=namespaces_work)
+    assert c.ok and "not inside a container" in c.detail
+
+
+def test_a_privileged_container_like_this_machine_passes(settings: Settings, tmp_path: Path) -> None:
+    # the CI machines: /.dockerenv, all capabilities but CAP_SYS_RESOURCE, rw cgroups; nested Podman works
+    root = host_tree(tmp_path, caps=FULL_CAPS, mounts=ROOT_EXT4 + CGROUP_RW, cgroup="9:name=systemd:/\n0::/\n",
+                     files=(".dockerenv",))
+    c = check_container_host(settings, root, environ={}, probe=namespaces_work)
+    assert c.ok and "docker" in c.detail and "privileges" in c.detail
+
+
+def test_the_appliance_container_started_privileged_passes(settings: Settings, tmp_path: Path) -> None:
+    root = host_tree(tmp_path, caps=FULL_CAPS, mounts=ROOT_EXT4 + CGROUP_RW, files=("run/.containerenv",),
+                     environ="container=podman\0TERM=xterm\0")
+    c = check_container_host(settings, root, environ={}, probe=namespaces_work)
+    assert c.ok and "podman" in c.detail
+
+
+def test_an_unprivileged_docker_container_is_named_with_the_fix(settings: Settings, tmp_path: Path) -> None:
+    root = host_tree(tmp_path, caps=DOCKER_DEFAULT_CAPS, mounts=ROOT_OVERLAY + CGROUP_RO, files=(".dockerenv",))
+    c = check_container_host(settings, root, environ={}, probe=namespaces_work)
+    assert not c.ok and c.required
+    assert "unprivileged docker container" in c.detail
+    assert "no CAP_SYS_ADMIN (CapEff 00000000a80425fb)" in c.detail and "read-only" in c.detail
+    assert "--privileged" in c.hint and "scripts/container run" in c.hint and "VM" in c.hint
+
+
+def test_a_kubernetes_pod_is_found_by_its_cgroup_and_environment(settings: Settings, tmp_path: Path) -> None:
+    root = host_tree(tmp_path, caps=DOCKER_DEFAULT_CAPS, mounts=ROOT_EXT4,
+                     cgroup="0::/kubepods.slice/kubepods-burstable.slice/cri-containerd-abc.scope\n")
+    c = check_container_host(settings, root, environ={"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, probe=namespaces_work)
+    assert not c.ok and "kubernetes" in c.detail and "KUBERNETES_SERVICE_HOST" in c.detail
+
+
+def test_namespaces_that_cannot_be_created_fail_even_with_the_capability(settings: Settings, tmp_path: Path) -> None:
+    # e.g. an LXC container whose seccomp or AppArmor profile refuses unshare and mount
+    root = host_tree(tmp_path, caps=FULL_CAPS, mounts=ROOT_EXT4, environ="container=lxc\0")
+    c = check_container_host(settings, root, environ={},
+                             probe=lambda: "creating namespaces failed: unshare: Operation not permitted")
+    assert not c.ok and "lxc" in c.detail and "Operation not permitted" in c.detail
+
+
+def test_no_container_evidence_means_no_probe(settings: Settings, tmp_path: Path) -> None:
+    def probe() -> str:
+        raise AssertionError("a plain host is not probed")
+
+    root = host_tree(tmp_path, caps=DOCKER_DEFAULT_CAPS, mounts=ROOT_EXT4)  # a non-root user on a VM
+    assert check_container_host(settings, root, environ={}, probe=probe).ok

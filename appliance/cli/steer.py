@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -15,21 +16,28 @@ from appliance.cli.base import emit, friendly_errors, main, open_store, settings
 @click.argument("iteration", type=int, required=False)
 @click.option("--run", "run_id", default=None, help="Run to report on (default: the newest).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report's JSON instead of its Markdown.")
+@click.option("--html", "html_path", type=click.Path(path_type=Path), default=None,
+              help="Write the report as one self-contained HTML page (charts included) to this file.")
 @click.pass_context
 @friendly_errors
-def report(ctx: click.Context, iteration: int | None, run_id: str | None, as_json: bool) -> None:
-    """Print the capability report of an iteration (default: the latest)."""
+def report(ctx: click.Context, iteration: int | None, run_id: str | None, as_json: bool,
+           html_path: Path | None) -> None:
+    """Print the capability report of an iteration (default: the latest), or write it as HTML."""
     from appliance.control import resolve_run
     from appliance.errors import NotFoundError
+    from appliance.report_html import write_html
 
     with open_store(settings_of(ctx)) as store:
         run = resolve_run(store, run_id)
         found = store.report(run.id, iteration)
-    if found is None:
-        which = f"iteration {iteration}" if iteration is not None else "any iteration"
-        raise NotFoundError(f"run {run.id} has no report for {which}",
-                            "reports are written at the end of each iteration; `appliance status` shows progress")
-    data, markdown = found
+        if found is None:
+            which = f"iteration {iteration}" if iteration is not None else "any iteration"
+            raise NotFoundError(f"run {run.id} has no report for {which}",
+                                "reports are written at the end of each iteration; `appliance status` shows progress")
+        data, markdown = found
+        if html_path is not None:
+            click.echo(f"wrote {write_html(store, run.id, data, markdown, html_path)}")
+            return
     click.echo(json.dumps(data, indent=2) if as_json else markdown)
 
 

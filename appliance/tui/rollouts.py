@@ -1,5 +1,6 @@
 """Rollouts: the GRPO groups of one step (a page at a time), the rollouts of the group under the cursor,
-and Enter opens a rollout's trajectory."""
+and Enter opens a rollout's trajectory. While an iteration evaluates (and for an iteration without practice,
+such as the baseline) it shows the held-out rollouts instead, one row per task; `e` switches by hand."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
-from appliance.schemas import Rollout
+from appliance.schemas import Outcome, Phase, Rollout, RolloutStatus
 from appliance.tui.base import Context, PollingScreen, fill, run_title
 from appliance.tui.trajectory import TrajectoryScreen
 
@@ -33,6 +34,7 @@ class RolloutsScreen(PollingScreen):
         Binding("left_square_bracket", "page(-1)", "Prev page"),
         Binding("full_stop", "iteration(1)", "Next it."),
         Binding("comma", "iteration(-1)", "Prev it."),
+        Binding("e", "evaluation", "Held-out / practice", show=False),
     ]
 
     def __init__(self, **kwargs: Any) -> None:
@@ -41,6 +43,8 @@ class RolloutsScreen(PollingScreen):
         self.page = 0
         self.group: str | None = None
         self._latest = 0
+        self.evaluation: bool | None = None  # None: held-out rollouts while the iteration evaluates
+        self._showing_evaluation = False
 
     def compose(self) -> ComposeResult:
         yield from self.compose_title()
@@ -61,6 +65,12 @@ class RolloutsScreen(PollingScreen):
         self._latest = iterations[-1].index if iterations else 0
         it = self._latest if self.iteration is None else self.iteration
         total = store.group_count(run_id, it)
+        phase = next((i.phase for i in iterations if i.index == it), None)
+        wanted = self.evaluation if self.evaluation is not None else (phase == Phase.EVALUATE or total == 0)
+        held_out = self.load_evaluation(ctx, it) if wanted else None
+        self._showing_evaluation = held_out is not None
+        if held_out is not None:
+            return held_out
         pages = max(1, -(-total // PAGE))
         self.page = min(self.page, pages - 1)
         groups = store.rollout_groups(run_id, it, limit=PAGE, offset=self.page * PAGE)
@@ -73,6 +83,37 @@ class RolloutsScreen(PollingScreen):
                       "-" if g["reward"] is None else f"{g['reward']:.2f}") for g in groups)
         return RolloutsData(run_title(ctx.run, "rollouts"), subtitle, rows, tuple(g["group_id"] or "" for g in groups),
                             rollouts)
+
+    def load_evaluation(self, ctx: Context, it: int) -> RolloutsData | None:
+        """The held-out rollouts of iteration `it` as rows of one task each (they have no GRPO group);
+        None when the iteration has none yet."""
+        assert ctx.run is not None
+        tallies = eval_tallies(ctx.store.rollouts(ctx.run.id, iteration=it, purpose="eval"))
+        if not tallies:
+            return None
+        pages = max(1, -(-len(tallies) // PAGE))
+        self.page = min(self.page, pages - 1)
+        shown = tallies[self.page * PAGE:(self.page + 1) * PAGE]
+        keys = tuple(t["task_id"] for t in shown)
+        task = self.group if self.group in keys else (keys[0] if keys else None)
+        done = sum(t["finished"] for t in tallies)
+        n = sum(t["n"] for t in tallies)
+        running = sum(t["running"] for t in tallies)
+        subtitle = (f"iteration {it} · held-out evaluation · {len(tallies)} tasks · {done}/{n} rollouts done, "
+                    f"{running} running · page {self.page + 1}/{pages} · Enter opens a trajectory")
+        rows = []
+        for t in shown:
+            spec = ctx.store.get_task(t["task_id"])
+            rows.append((t["task_id"], f"{spec.family}/{spec.difficulty}", str(t["n"]), str(t["running"]),
+                         str(t["finished"]), str(t["success"]), str(t["infra_error"]),
+                         "-" if t["reward"] is None else f"{t['reward']:.2f}"))
+        selected: list[Rollout] = next((t["rollouts"] for t in shown if t["task_id"] == task), [])
+        return RolloutsData(run_title(ctx.run, "rollouts"), subtitle, tuple(rows), keys, tuple(selected))
+
+    def action_evaluation(self) -> None:
+        self.evaluation = not self._showing_evaluation
+        self.page, self.group = 0, None
+        self.reload(force=True)
 
     def show(self, data: RolloutsData) -> None:
         self.set_title(data.title)
@@ -106,3 +147,21 @@ class RolloutsScreen(PollingScreen):
         self.iteration = None if target == self._latest else target
         self.page, self.group = 0, None
         self.reload(force=True)
+
+
+def eval_tallies(rollouts: list[Rollout]) -> list[dict[str, Any]]:
+    """Per held-out task (in task order): its k rollouts and their tallies, as the groups table shows them."""
+    by_task: dict[str, list[Rollout]] = {}
+    for r in rollouts:
+        if r.task_id:
+            by_task.setdefault(r.task_id, []).append(r)
+    out = []
+    for task_id, rs in sorted(by_task.items()):
+        rewards = [r.reward for r in rs if r.reward is not None]
+        out.append({"task_id": task_id, "rollouts": rs, "n": len(rs),
+                    "running": sum(r.status == RolloutStatus.RUNNING for r in rs),
+                    "finished": sum(r.status == RolloutStatus.FINISHED for r in rs),
+                    "success": sum(r.outcome == Outcome.SUCCESS for r in rs),
+                    "infra_error": sum(r.outcome == Outcome.INFRA_ERROR for r in rs),
+                    "reward": sum(rewards) / len(rewards) if rewards else None})
+    return out
