@@ -40,7 +40,7 @@ from appliance.config import Settings
 from appliance.errors import ApplianceError
 from appliance.harness.actions import parse_action
 from appliance.harness.base import Limits
-from appliance.harness.builtin import first_messages, observation_messages
+from appliance.harness.builtin import first_messages, observation_messages, request_of
 from appliance.schemas import Demonstration, Sample, Split, Task, TaskStatus
 from appliance.store import Store
 from appliance.tasks import TaskSpec, verify_workspace
@@ -77,7 +77,7 @@ def demonstrate(settings: Settings, spec: TaskSpec, *, start: SandboxStarter | N
 
     starter = start or (lambda **kw: Sandbox.start(settings, **kw))
     limits = limits or Limits.from_settings(settings.harness)
-    messages = first_messages(spec.instruction)
+    messages = first_messages(request_of(spec.instruction, spec.answer))
     answer = {"role": "assistant", "content": command_block(spec.solution)}
     action = parse_action(answer)
     if action.command is None or action.command.strip() != spec.solution.strip():
@@ -141,8 +141,10 @@ def demonstrate(settings: Settings, spec: TaskSpec, *, start: SandboxStarter | N
                         continue
                     if turn(check, keep=lambda r: r.exit_code == 0 and not r.timed_out, trained=False) is not None:
                         break
-        messages.append({"role": "assistant", "content": FINISH})
-        verdict = verify_workspace(settings, spec, workspace, start=start, archive=sb.copied_out)
+        # a question task's answer is the solution's output, said on the line before DONE
+        said = result.stdout.strip() if spec.answer else ""
+        messages.append({"role": "assistant", "content": f"{said}\n{FINISH}" if said else FINISH})
+        verdict = verify_workspace(settings, spec, workspace, start=start, archive=sb.copied_out, answer=said)
         if verdict.error:
             return DemoRun(messages, False, f"verifier: {verdict.error}", verdict.output)
         return DemoRun(messages, verdict.passed and not verdict.tampered, None, verdict.output, tuple(untrained))

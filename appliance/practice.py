@@ -32,7 +32,7 @@ from typing import Any
 from appliance.config import Settings
 from appliance.errors import ApplianceError, Interrupted, TrajectoryError
 from appliance.harness.base import ClientConfig, EndReason, Episode, Limits
-from appliance.harness.builtin import run_builtin
+from appliance.harness.builtin import request_of, run_builtin
 from appliance.harness.external import harness_image, harness_settings, run_external
 from appliance.proxy import register_route
 from appliance.sandbox import ModelDoor, SandboxPool
@@ -118,15 +118,17 @@ def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> Rollout
                 setup = sb.exec(spec.setup, timeout=spec.limits.timeout_s)
                 if setup.exit_code != 0:
                     raise _Infra(f"task set-up failed ({setup.exit_code}): {setup.stderr.strip()[-300:]}")
+            answer = ""
             if image is None:
                 episode = _run_builtin(practice, spec, sb.shell(), token)
-                turns = episode.turns
+                turns, answer = episode.turns, episode.answer
             else:
                 spec_h = harness_settings(settings, rollout.harness)
                 ext = run_external(sb, spec_h, instruction=spec.instruction, token=token,
                                    max_turns=spec.limits.max_turns)
                 turns = len([c for c in store.model_calls(rollout.id) if c.status == "ok"])
                 episode = external_episode(ext.exit_code, ext.timed_out, turns, ext.stderr)
+                answer = ext.answer
         if episode.infra_error:
             raise _Infra(f"{episode.end_reason}: {episode.error or ''}".strip())
         failed = [c for c in store.model_calls(rollout.id) if engine_failed(c)]
@@ -134,7 +136,7 @@ def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> Rollout
             raise _Infra(f"the engine failed {len(failed)} model call(s): {(failed[0].error or '')[:300]}")
         # sb.dropped: what the agent left that cannot leave its sandbox (FIFOs, sockets, links out): tampering
         verdict = verify_workspace(settings, spec, workspace, start=practice.pool.start, dropped=sb.dropped,
-                                   archive=sb.copied_out)
+                                   archive=sb.copied_out, answer=answer)
         verifier_output, tampered = verdict.output, list(verdict.tampered)
         if verdict.error:
             raise _Infra(f"verifier: {verdict.error}")
@@ -216,7 +218,7 @@ def _run_builtin(practice: Practice, spec: TaskSpec, shell: Any, token: str) -> 
     limits = Limits.from_settings(h)
     limits.max_turns = min(limits.max_turns, spec.limits.max_turns)
     limits.command_timeout_s = min(limits.command_timeout_s, spec.limits.timeout_s)
-    return run_builtin(spec.instruction, shell, client, limits)
+    return run_builtin(request_of(spec.instruction, spec.answer), shell, client, limits)
 
 
 def run_rollouts(practice: Practice, work: list[tuple[TaskSpec, Rollout]]) -> list[RolloutResult]:

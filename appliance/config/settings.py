@@ -305,6 +305,9 @@ class ExternalHarnessSettings(Section):
                                "{openai_base_url}, {anthropic_base_url}, {base_url}, {api_key}, {model}, {max_turns}.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment (same placeholders).")
     timeout_s: float = Field(900.0, gt=0, description="Wall time of one episode of this harness.")
+    answer: str = Field("", description="Where the harness leaves the final answer it submits with (a question "
+                        "task's answer): `PATH:dotted.key` of a JSON file inside the sandbox, `PATH` of a text file, "
+                        "or empty when it leaves none.")
 
 
 def default_harnesses() -> dict[str, ExternalHarnessSettings]:
@@ -317,6 +320,8 @@ def default_harnesses() -> dict[str, ExternalHarnessSettings]:
                      "-m", "openai/{model}", "--model-class", "litellm_textbased", "-l", "0",
                      "-t", "{instruction}", "--yolo", "--exit-immediately", "-o", "/tmp/trajectory.json"],
             env={"OPENAI_API_KEY": "{api_key}", "OPENAI_BASE_URL": "{openai_base_url}"},
+            # what follows its submit command's first output line
+            answer="/tmp/trajectory.json:info.submission",
         )
     }
 

@@ -38,6 +38,14 @@ class Action:
     tool_call_ids: list[str] = field(default_factory=list)  # native calls: each needs a tool message back
 
 
+def final_answer(message: dict[str, Any]) -> str:
+    """What the agent said in the message it submitted with, the DONE line and any code block left out:
+    a question task's answer."""
+    text = message.get("content") or ""
+    text = _FENCE.sub("", text if isinstance(text, str) else "")
+    return _DONE.sub("", text).strip()
+
+
 def clean_command(text: str) -> str:
     """Forgive the usual junk around a command: `$ ` prompts (and the output lines shown after them),
     `sudo` (there is no root in the sandbox), blank lines around it."""

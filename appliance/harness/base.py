@@ -98,6 +98,7 @@ class Episode:
     elapsed_s: float = 0.0  # wall time, engine waits included
     engine_wait_s: float = 0.0
     error: str | None = None  # the cause, for model_error and sandbox_error
+    answer: str = ""  # the text the agent submitted with (a question task's answer), DONE left out
 
     @property
     def infra_error(self) -> bool:

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 from appliance.errors import ApplianceError
-from appliance.harness.actions import Action, format_observation, parse_action
+from appliance.harness.actions import Action, final_answer, format_observation, parse_action
 from appliance.harness.base import ClientConfig, CommandResult, EndReason, Episode, Limits, Shell
 
 SYSTEM_PROMPT = """You are a careful agent working in a Linux shell. You are in /workspace, where the \
@@ -143,6 +143,15 @@ def _reply(action: Action, text: str) -> list[dict[str, Any]]:
         {"role": "tool", "tool_call_id": i, "content": "Not run: one command per turn."} for i in rest]
 
 
+# Appended to a question task's request (TaskSpec.answer): the answer is the text of the message that says DONE.
+ANSWER_NOTE = "Give the answer in your last message, on the line before DONE."
+
+
+def request_of(instruction: str, answer: bool) -> str:
+    """The request the built-in agent gets for a task (a question task's says where the answer goes)."""
+    return f"{instruction.strip()} {ANSWER_NOTE}" if answer else instruction
+
+
 def first_messages(task_instruction: str) -> list[dict[str, Any]]:
     """The conversation an episode starts from: the system prompt and the task (demonstrations reuse it)."""
     return [{"role": "system", "content": SYSTEM_PROMPT},
@@ -188,10 +197,12 @@ def run_builtin(task_instruction: str, shell: Shell, client_config: ClientConfig
                     raise _Stop(EndReason.SANDBOX_ERROR, str(e)) from None
                 episode.commands += 1
                 if action.submit:
+                    episode.answer = final_answer(answer["message"])
                     raise _Stop(EndReason.SUBMITTED)
                 messages.extend(observation_messages(action, result, limits, timeout))
                 continue
             if action.submit:
+                episode.answer = final_answer(answer["message"])
                 raise _Stop(EndReason.SUBMITTED)
             episode.parse_errors += 1
             messages.extend(_reply(action, action.feedback or ""))

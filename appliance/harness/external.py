@@ -11,6 +11,7 @@ the per-rollout secret token is part of the URL and doubles as the API key.
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from appliance.config import ExternalHarnessSettings, Settings
 from appliance.errors import ConfigError, SetupError
@@ -34,6 +36,7 @@ class ExternalRun:
     stderr: str
     duration_s: float
     timed_out: bool
+    answer: str = ""  # the final answer it left where `answer` says (a question task's answer)
 
 
 def harness_settings(settings: Settings, name: str) -> ExternalHarnessSettings:
@@ -112,4 +115,23 @@ def run_external(sandbox: Sandbox, spec: ExternalHarnessSettings, *, instruction
                           "placeholders: " + ", ".join("{" + k + "}" for k in values)) from None
     t0 = time.monotonic()
     r = sandbox.exec(argv, timeout=spec.timeout_s, env=env)
-    return ExternalRun(r.exit_code, r.stdout, r.stderr, time.monotonic() - t0, r.timed_out)
+    return ExternalRun(r.exit_code, r.stdout, r.stderr, time.monotonic() - t0, r.timed_out,
+                       read_answer(sandbox, spec.answer) if spec.answer else "")
+
+
+def read_answer(sandbox: Sandbox, where: str) -> str:
+    """The harness's final answer from inside the sandbox (`PATH` or `PATH:dotted.key` of a JSON file);
+    empty when it left none. What the harness wrote is untrusted text: it only ever reaches a verifier."""
+    path, _, key = where.partition(":")
+    r = sandbox.exec(["cat", "--", path], timeout=30)
+    if r.exit_code != 0:
+        return ""
+    if not key:
+        return r.stdout.strip()
+    try:
+        value: Any = json.loads(r.stdout)
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+    except ValueError:
+        return ""
+    return value.strip() if isinstance(value, str) else ""

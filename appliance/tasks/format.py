@@ -30,6 +30,8 @@ TASK_FILE = "task.toml"
 # an agent gets at most this many turns (nan, inf and 1e12 would hold a sandbox for its whole lifetime).
 MAX_TIMEOUT_S = 3600.0
 MAX_TURNS = 200
+# Where a question task's answer is for the verifier (also in its environment as $ANSWER_FILE).
+ANSWER_FILE = "/tmp/answer.txt"
 
 
 @dataclass(slots=True)
@@ -54,6 +56,9 @@ class TaskSpec:
     limits: Limits = field(default_factory=Limits)
     meta: dict[str, Any] = field(default_factory=dict)  # generator, seed, parameters: provenance only
     format_version: int = FORMAT_VERSION
+    # A question task: the agent's final answer (the text it submits with) reaches the verifier as the
+    # read-only file ANSWER_FILE; for the reference solution, its standard output is its answer.
+    answer: bool = False
 
     # --- store form ---------------------------------------------------------------------------
     def to_spec(self) -> dict[str, Any]:
@@ -95,6 +100,9 @@ class TaskSpec:
         for key in ("id", "family", "instruction", "verify", "solution", "setup", "verify_lang", "source"):
             if key in data and not isinstance(data[key], str):
                 raise TaskFormatError(f"{key} must be text, got {type(data[key]).__name__}", f"write {key} as a string")
+        if not isinstance(data.get("answer", False), bool):
+            raise TaskFormatError(f"answer must be true or false, got {data['answer']!r}",
+                                  "set answer = true for a task whose answer the agent says instead of writing")
         for k, v in (data.get("files") or {}).items():
             if not isinstance(v, str):
                 raise TaskFormatError(f"workspace file {k!r} must be text, got {type(v).__name__}",
@@ -290,6 +298,8 @@ def _toml_head(spec: TaskSpec) -> dict[str, Any]:
         "difficulty": spec.difficulty, "source": spec.source, "instruction": spec.instruction,
         "limits": {"max_turns": spec.limits.max_turns, "timeout_s": spec.limits.timeout_s},
     }
+    if spec.answer:
+        head["answer"] = True
     if spec.meta:
         head["meta"] = spec.meta
     return head

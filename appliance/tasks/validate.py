@@ -275,7 +275,8 @@ def _stages(sb: SandboxAPI, spec: TaskSpec, stages: list[Stage]) -> str | None:
         archive, tampered = prepare(spec, final)
         if tampered or dropped:
             stages[-1].detail += f"\n(the reference solution changed protected files or left: {', '.join(tampered + dropped)})"
-        j = record(f"verify-{i}", judge(sb, spec, archive))
+        # a question task's reference answers on its standard output
+        j = record(f"verify-{i}", judge(sb, spec, archive, r.stdout if spec.answer else ""))
         if j.timed_out:
             return f"verifier {OVER_LIMIT} ({VERIFY_TIMEOUT_S:g} s) after the reference solution"
         if not passed(j):

@@ -17,6 +17,7 @@ the workspace's code prints, and no text on any shared stream, enters the verdic
 
 from __future__ import annotations
 
+import base64
 import re
 import sys
 import time
@@ -29,7 +30,7 @@ from appliance.errors import ApplianceError
 from appliance.sandbox.api import SandboxAPI, SandboxStarter
 from appliance.sandbox.judge import JudgeRun, run_judge
 from appliance.sandbox.transfer import members, overlay, pack_dir, shell_put, without
-from appliance.tasks.format import TaskSpec
+from appliance.tasks.format import ANSWER_FILE, TaskSpec
 from appliance.tasks.gitsafe import GIT_ENV, defuse_git
 
 VERIFY_TIMEOUT_S = 60.0
@@ -38,6 +39,7 @@ SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # A failing verifier's partial credit is capped here, strictly below a pass (1.0): the procedural
 # verifiers' ok/n of up to 9 checks stays as it is.
 FAILED_SCORE_MAX = 0.9
+ANSWER_MAX_BYTES = 64 * 1024  # a question task's answer is a line or a few, not a file
 # A module the agent leaves under one of these names would run inside a Python verifier that imports it
 # from the workspace (`python3 test_x.py` puts the script's directory first on sys.path).
 SHADOWED = frozenset(sys.stdlib_module_names) | {"sitecustomize", "usercustomize"}
@@ -105,14 +107,21 @@ def judge_env() -> dict[str, str]:
     return {"PATH": SAFE_PATH, "HOME": "/home/agent", "USER": "agent", "LANG": "C.UTF-8", "TERM": "dumb", **GIT_ENV}
 
 
-def judge(sb: SandboxAPI, spec: TaskSpec, archive: bytes) -> JudgeRun:
-    """Run the verifier over `archive` (prepared already) in a scrubbed sandbox, read-only."""
+def judge(sb: SandboxAPI, spec: TaskSpec, archive: bytes, answer: str = "") -> JudgeRun:
+    """Run the verifier over `archive` (prepared already) in a scrubbed sandbox, read-only; a question
+    task's `answer` is the read-only file ANSWER_FILE."""
     sb.scrub()
     put(sb, archive)
     shell = sb.shell()
-    shell.run("chmod -R a-w /workspace", timeout=30)  # what the agent made unreadable stays so
+    env = judge_env()
+    script = "chmod -R a-w /workspace"  # what the agent made unreadable stays so
+    if spec.answer:
+        data = base64.b64encode(answer.encode()[:ANSWER_MAX_BYTES]).decode()
+        script += f"; printf %s {data} | base64 -d > {ANSWER_FILE}; chmod 0444 {ANSWER_FILE}"
+        env["ANSWER_FILE"] = ANSWER_FILE
+    shell.run(script, timeout=30)
     try:
-        return run_judge(sb, spec.verify_lang, spec.verify, timeout_s=VERIFY_TIMEOUT_S, env=judge_env())
+        return run_judge(sb, spec.verify_lang, spec.verify, timeout_s=VERIFY_TIMEOUT_S, env=env)
     finally:
         shell.lost()
 
@@ -169,12 +178,12 @@ def output_of(r: JudgeRun) -> str:
 
 def verify_workspace(settings: Settings, spec: TaskSpec, workspace_dir: Path | str, *,
                      start: SandboxStarter | None = None, dropped: Sequence[str] = (),
-                     archive: bytes | None = None) -> VerifyResult:
+                     archive: bytes | None = None, answer: str = "") -> VerifyResult:
     """Judge a rollout's final workspace (a host directory no sandbox can reach any more) in a new
     sandbox. `archive`: the same tree as the sanitized archive it was copied out as (`Sandbox.copied_out`),
     judged instead of the directory, whose host copy cannot hold the links the agent made inside it.
     `dropped`: what the copy out of the agent's sandbox left out (`Sandbox.dropped`), recorded
-    as tampering. A verifier past its time limit on this workspace is the agent's failure; only a sandbox
+    as tampering. `answer`: what the agent submitted with, for a question task. A verifier past its time limit on this workspace is the agent's failure; only a sandbox
     that fails is an error (infra)."""
     t0 = time.monotonic()
     skipped: list[str] = []
@@ -187,7 +196,7 @@ def verify_workspace(settings: Settings, spec: TaskSpec, workspace_dir: Path | s
     tampered = tampered + list(dropped) + skipped
     try:
         with starter(settings, start)() as sb:
-            r = judge(sb, spec, archive)
+            r = judge(sb, spec, archive, answer)
     except ApplianceError as e:
         return VerifyResult(False, None, "", tampered, f"{type(e).__name__}: {e.message}", time.monotonic() - t0)
     return VerifyResult(passed(r), score_of(r), output_of(r), tampered, None, time.monotonic() - t0,
