@@ -93,3 +93,11 @@ def test_a_tree_too_deep_to_unpack_is_the_agents_failure(practice: Practice) -> 
     r = result.rollout
     assert r.status == RolloutStatus.FINISHED and r.outcome != Outcome.INFRA_ERROR, r.error
     assert any("(path too long)" in t for t in result.tampered), result.tampered
+
+
+def test_killing_the_verdict_launcher_is_the_agents_failure_not_an_infra_error(practice: Practice) -> None:
+    # an infra error would take the rollout out of the loss: a policy must not learn to escape a
+    # negative reward by killing its judge
+    killer = attempt(practice, SCRIPT_TASK, "printf 'pkill -9 -f judge-launcher; sleep 5\\n' > count.sh")
+    r = killer.rollout
+    assert r.outcome == Outcome.FAILURE and r.reward == 0.0, r.error
