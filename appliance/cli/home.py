@@ -53,13 +53,14 @@ def init(ctx: click.Context, skip_model: bool, skip_image: bool, skip_harnesses:
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
+@click.option("--no-gpu", is_flag=True, help="Report missing GPUs as absent, not failed (trying the gpu image without one).")
 @click.pass_context
 @friendly_errors
-def doctor(ctx: click.Context, as_json: bool) -> None:
+def doctor(ctx: click.Context, as_json: bool, no_gpu: bool) -> None:
     """Check that the appliance can run here; explain each problem with a fix. Exit 0 only when ready."""
     from appliance.doctor import run_checks
 
-    checks = run_checks(settings_of(ctx))
+    checks = run_checks(settings_of(ctx), gpu_absent_ok=no_gpu)
     ok = all(c.ok or not c.required for c in checks)
 
     def human(_: Any) -> None:
