@@ -90,7 +90,7 @@ ROOMS = [
                       "together"),
     Room(11, ("cli",), "thin `appliance` commands over library functions (imports lazily, inside each command), "
                        "one module per audience: `home`, `steer`, `tasks`, `debug`"),
-    Room(12, ("testing",), "fakes for tests and benchmarks (scripted policy, shell, engine, control consumer); "
+    Room(12, ("testing",), "fakes for tests and benchmarks (scripted policy, shell, engine, scripted vLLM server, control consumer); "
                            "nothing in the product imports it"),
 ]
 
