@@ -135,6 +135,7 @@ class Plan:
     full_finetune: bool
     trained_params_m: float
     states_gb: float
+    other_states_gb: float  # the same for the other choice of training.full_finetune
     logits_per_sample_gb: float
     activations_per_sample_gb: float
     value_head_gb: float
@@ -224,6 +225,9 @@ def make_plan(shape: ModelShape, settings: Settings, gpus: int, gpu_memory_gb: f
     sleep_level = 2 if t.full_finetune else 1
 
     mem = training_memory(shape, settings)
+    flipped = settings.model_copy(deep=True)
+    flipped.training.full_finetune = not t.full_finetune
+    other = training_memory(shape, flipped)
     budget = (TRAINING_HEADROOM * gpu_memory_gb - TRAINING_RESERVE_GB) * GB
     fixed = mem["states"] + mem["value_fixed"]
     per_sample = mem["logits"] + mem["acts"] + mem["value_sample"]
@@ -247,7 +251,7 @@ def make_plan(shape: ModelShape, settings: Settings, gpus: int, gpu_memory_gb: f
         gpu_memory_utilization=utilization, kv_budget_gb=kv_budget / GB, rollout_tokens=e.max_model_len,
         rollouts_fit=rollouts_fit, rollouts_in_flight=in_flight, sleep_level=sleep_level,
         method=t.method, full_finetune=t.full_finetune, trained_params_m=mem["trained"] / 1e6,
-        states_gb=mem["states"] / GB, logits_per_sample_gb=mem["logits"] / GB,
+        states_gb=mem["states"] / GB, other_states_gb=other["states"] / GB, logits_per_sample_gb=mem["logits"] / GB,
         activations_per_sample_gb=mem["acts"] / GB, value_head_gb=(mem["value_fixed"] + mem["value_sample"]) / GB,
         training_budget_gb=budget / GB, micro_batch_size=micro,
         training_peak_gb=(fixed + micro * per_sample) / GB, processes=processes, notes=notes,
@@ -266,7 +270,8 @@ def render(plan: Plan) -> str:
         f"  KV budget {p.kv_budget_gb:.1f} GB at gpu_memory_utilization {p.gpu_memory_utilization}: "
         f"{p.rollouts_fit} rollouts of {p.rollout_tokens} tokens at once ({p.rollouts_in_flight} sandboxes run at once)",
         f"training ({kind}, {p.method}; serving asleep), per GPU of {p.training_budget_gb:.1f} GB usable:",
-        f"  weights + optimizer states {p.states_gb:.1f} GB ({p.trained_params_m:,.1f}M trained parameters)",
+        f"  weights + optimizer states {p.states_gb:.1f} GB ({p.trained_params_m:,.1f}M trained parameters); "
+        f"{'LoRA' if p.full_finetune else 'a full fine-tune'} would hold {p.other_states_gb:.1f} GB",
         f"  per sample: logits {p.logits_per_sample_gb:.1f} GB + activations {p.activations_per_sample_gb:.1f} GB"
         + (f" + value head {p.value_head_gb:.2f} GB" if p.value_head_gb else ""),
         f"  micro-batch {p.micro_batch_size}: peak {p.training_peak_gb:.1f} GB; {p.processes} trainer process(es)",
