@@ -4,7 +4,7 @@ machine without a GPU (the GPUs reported absent, `doctor --no-gpu`).
 
 The build goes through scripts/container, as a user's would, into a Podman storage root of its own under
 /var/tmp (kept between local runs so an unchanged Python layer is reused; a fresh CI machine builds it
-all, about ten minutes; the gpu variant about as long again, and 10.4 GB of image).
+all, about ten minutes; the gpu variant's test took 16 min here and needs 10.4 GB for its image).
 """
 
 from __future__ import annotations
