@@ -1,7 +1,13 @@
 """One GRPO step on a GPU: tokens/s and model FLOP utilisation of the trainer, for a ~0.5B random llama.
 
-    python scripts/device_train_check.py [--mode full|lora|both] [--seqs 32] [--seq-len 1024] [--micro 8]
-                                         [--processes N]
+    python scripts/device_train_check.py [--mode full|lora|both|plain|all] [--seqs 32] [--seq-len 1024]
+                                         [--micro 8] [--processes N] [--gradient-checkpointing] [--value-head]
+
+`plain` is the yardstick: plain transformers forward + backward (`model(..., labels=...).loss`, the causal
+LM loss on the trained tokens) and AdamW on the same model, shapes and micro-batches, full fine-tune; `all`
+runs full, lora and plain. `--gradient-checkpointing` and `--value-head` (a float32 Linear(hidden, 1) on the
+detached final hidden states with its own AdamW, as appliance/training/critic.py) take the gpu profile's
+training shape for its peak memory (scripts/device_check prints it beside `appliance plan`'s estimate).
 
 Standalone: needs torch, transformers, peft and TRL only (no vLLM, no store, no model download; the model
 is random-initialised from a config, the tokens are random). It runs the appliance's own loss code
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -39,13 +46,15 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+MODES = {"both": ["full", "lora"], "all": ["full", "lora", "plain"]}
+
 
 def build_model(mode: str, args: argparse.Namespace):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        vocab_size=49152, hidden_size=args.hidden, intermediate_size=args.intermediate, num_hidden_layers=args.layers,
+        vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.intermediate, num_hidden_layers=args.layers,
         num_attention_heads=args.hidden // 64, num_key_value_heads=args.kv_heads, head_dim=64,
         max_position_embeddings=max(4096, args.seq_len), tie_word_embeddings=True,
     )
@@ -53,12 +62,16 @@ def build_model(mode: str, args: argparse.Namespace):
     torch.manual_seed(0)
     with torch.device(args.device):
         model = LlamaForCausalLM(config).to(torch.bfloat16)
+    if args.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
     if mode == "lora":
         from peft import LoraConfig, get_peft_model
 
         model = get_peft_model(model, LoraConfig(
             r=16, lora_alpha=32, task_type="CAUSAL_LM",
             target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
+        if args.gradient_checkpointing:
+            model.enable_input_require_grads()  # as PolicyTrainer: frozen embeddings give no grad to checkpoint
     return model, config
 
 
@@ -87,11 +100,13 @@ def run(mode: str, args: argparse.Namespace) -> dict:
     if args.world > 1:
         broadcast_params(params)
     opt = torch.optim.AdamW(params, lr=1e-5)
+    head = torch.nn.Linear(config.hidden_size, 1).to(args.device, torch.float32) if args.value_head else None
+    head_opt = torch.optim.AdamW(head.parameters(), lr=1e-3) if head is not None else None
     cfg = SimpleNamespace(loss_type="dapo", epsilon=0.2, epsilon_high=0.28, beta=0.0, is_mode="token_truncate",
                           is_cap=3.0, is_min=None)
 
     g = torch.Generator().manual_seed(0)
-    ids = torch.randint(100, 49000, (args.seqs, args.seq_len), generator=g).tolist()
+    ids = torch.randint(100, args.vocab - 100, (args.seqs, args.seq_len), generator=g).tolist()
     prompt = args.seq_len // 4
     # a multi-turn mask: prompt, then alternating sampled / tool spans
     span = max(1, (args.seq_len - prompt) // 6)
@@ -110,19 +125,31 @@ def run(mode: str, args: argparse.Namespace) -> dict:
         for b in micro:
             input_ids, attn = b.input_ids.to(args.device), b.attention_mask.to(args.device)
             mask, eng, a = b.mask.to(args.device), b.engine_logps.to(args.device), b.advantages.to(args.device)
-            logps = token_logps(model, input_ids, attn)
+            if mode == "plain":
+                labels = torch.where(torch.nn.functional.pad(mask, (1, 0)) > 0, input_ids, -100)
+                loss = model(input_ids=input_ids, attention_mask=attn, labels=labels).loss
+                loss.backward()
+                continue
+            hidden: list | None = [] if head is not None else None
+            logps = token_logps(model, input_ids, attn, hidden=hidden)
             old = logps.detach()
             ratio, _ = engine_is_ratio(old, eng, mask, cfg)
             loss, _ = policy_loss(logps, old, None, ratio, mask, a, cfg, norm)
             loss.backward()
+            if head is not None and hidden:
+                torch.nn.functional.mse_loss(head(hidden[0].float()).squeeze(-1), a[:, None].expand(
+                    -1, hidden[0].shape[1])).backward()
         if args.world > 1:
             all_reduce_grads(params)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
+        if head_opt is not None:
+            head_opt.step()
+            head_opt.zero_grad(set_to_none=True)
         return float(loss.detach())
 
     t0 = time.perf_counter()
-    step()
+    first_loss = step()
     sync()
     warmup_s = time.perf_counter() - t0
     times = []
@@ -133,7 +160,7 @@ def run(mode: str, args: argparse.Namespace) -> dict:
         times.append(time.perf_counter() - t0)
     step_s = sorted(times)[len(times) // 2]
     tokens = args.seqs * args.seq_len
-    fpt = flops_per_token(config, n_matmul, args.seq_len, mode)
+    fpt = flops_per_token(config, n_matmul, args.seq_len, "full" if mode == "plain" else mode)
     achieved = tokens * fpt / step_s
     out = {
         "mode": mode, "processes": args.world, "micro_batches_per_process": len(micro), "params": n_total, "trainable_params": sum(p.numel() for p in params),
@@ -142,10 +169,11 @@ def run(mode: str, args: argparse.Namespace) -> dict:
         "step_s_all": [round(t, 4) for t in times], "tokens_per_s": round(tokens / step_s, 1),
         "model_tflops_per_s": round(achieved / 1e12, 2),
         "mfu": round(achieved / (args.peak_tflops * 1e12 * args.world), 4),
-        "flops_per_token": fpt, "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
+        "flops_per_token": fpt, "loss_finite": math.isfinite(first_loss),
+        "gradient_checkpointing": args.gradient_checkpointing, "value_head": args.value_head, "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
     }
     # free the step's model, optimizer and batches before empty_cache (assigned, not deleted: `step` closes over them)
-    model = opt = micro = None
+    model = opt = micro = head = head_opt = None
     if cuda:
         torch.cuda.empty_cache()
     return out
@@ -153,7 +181,7 @@ def run(mode: str, args: argparse.Namespace) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--mode", choices=["full", "lora", "both"], default="both")
+    p.add_argument("--mode", choices=["full", "lora", "both", "plain", "all"], default="both")
     p.add_argument("--seqs", type=int, default=32, help="sequences per optimizer step")
     p.add_argument("--seq-len", type=int, default=1024)
     p.add_argument("--micro", type=int, default=8, help="sequences per forward pass")
@@ -162,6 +190,9 @@ def main() -> None:
     p.add_argument("--intermediate", type=int, default=3456)
     p.add_argument("--layers", type=int, default=24)
     p.add_argument("--kv-heads", type=int, default=4)
+    p.add_argument("--vocab", type=int, default=49152)
+    p.add_argument("--gradient-checkpointing", action="store_true", help="as the gpu profile trains")
+    p.add_argument("--value-head", action="store_true", help="add the PPO critic's value head (training.method = ppo)")
     p.add_argument("--device", default="cuda", help="cpu only for a smoke test of this script with tiny sizes")
     p.add_argument("--peak-tflops", type=float, default=989.0, help="bf16 dense peak of the GPU")
     p.add_argument("--processes", type=int, default=0, help="data-parallel processes; 0 = one per visible GPU")
@@ -190,7 +221,7 @@ def main() -> None:
         "device": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "cpu",
         "torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
         "peak_tflops": args.peak_tflops, "processes": args.world,
-        "results": [run(m, args) for m in (["full", "lora"] if args.mode == "both" else [args.mode])],
+        "results": [run(m, args) for m in MODES.get(args.mode, [args.mode])],
     }
     if args.rank == 0:
         print(json.dumps(report, indent=2))

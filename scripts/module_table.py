@@ -43,6 +43,9 @@ ROOMS = [
     Room(2, ("store",), "the only place with SQL: SQLite (WAL) through sqlite-utils; `Store` composed from one "
                         "module per concern (`db` connections and transactions, `schema` migrations, `records` row "
                         "mapping, `runs`, `tasks`, `rollouts`, `events`, `results`, `lineage`, `demonstrations`)"),
+    Room(2, ("plan",), "`appliance plan`: the memory arithmetic of serving and training a model's config.json on "
+                       "N GPUs (weights, KV cache, optimizer states, logits, activations) and the settings it "
+                       "recommends, or why it cannot fit"),
     Room(3, ("lineage",), "the model's identity: the recorded base model (content hash), the policy versions "
                           "trained from it, the start-up check, `appliance model use`, labels, the model card"),
     Room(4, ("serving",), "the inference engine process: launch vLLM (GPU build, or the CPU build for the embedded "
@@ -90,7 +93,7 @@ ROOMS = [
                       "together"),
     Room(11, ("cli",), "thin `appliance` commands over library functions (imports lazily, inside each command), "
                        "one module per audience: `home`, `steer`, `tasks`, `debug`"),
-    Room(12, ("testing",), "fakes for tests and benchmarks (scripted policy, shell, engine, control consumer); "
+    Room(12, ("testing",), "fakes for tests and benchmarks (scripted policy, shell, engine, scripted vLLM server, control consumer); "
                            "nothing in the product imports it"),
 ]
 

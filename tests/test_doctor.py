@@ -56,6 +56,9 @@ def test_gpu_profile_requires_a_gpu(settings: Settings, monkeypatch: pytest.Monk
     settings.profile = "gpu"
     c = check_gpus(settings)
     assert not c.ok and c.required and "cpu" in c.hint
+    # trying the gpu image on a machine without one (doctor --no-gpu): absent, not failed
+    [c] = run_checks(settings, [check_gpus], gpu_absent_ok=True)
+    assert not c.ok and not c.required and c.detail.startswith("absent: no NVIDIA GPU")
 
 
 def test_a_crashing_check_is_a_failed_check(settings: Settings) -> None:

@@ -2,7 +2,7 @@
 
 One module per audience, each adding its commands to the root group `main` (in `base`):
 
-    home    the data directory: version, config, init, doctor, status, backup, model show/use, export
+    home    the data directory: version, config, init, doctor, plan, status, backup, model show/use, export
     steer   running and steering the loop: run, tui, pause/resume/step/stop, report, train
     tasks   the practice tasks: families, synth, list, show, validate
     debug   one piece at a time: rollout (and rollout show), sandbox exec/sweep, serve, calls

@@ -1,4 +1,4 @@
-"""Commands for the data directory and its model: version, config, init, doctor, status, backup, model, export."""
+"""Commands for the data directory and its model: version, config, init, doctor, plan, status, backup, model, export."""
 
 from __future__ import annotations
 
@@ -53,13 +53,14 @@ def init(ctx: click.Context, skip_model: bool, skip_image: bool, skip_harnesses:
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
+@click.option("--no-gpu", is_flag=True, help="Report missing GPUs as absent, not failed (trying the gpu image without one).")
 @click.pass_context
 @friendly_errors
-def doctor(ctx: click.Context, as_json: bool) -> None:
+def doctor(ctx: click.Context, as_json: bool, no_gpu: bool) -> None:
     """Check that the appliance can run here; explain each problem with a fix. Exit 0 only when ready."""
     from appliance.doctor import run_checks
 
-    checks = run_checks(settings_of(ctx))
+    checks = run_checks(settings_of(ctx), gpu_absent_ok=no_gpu)
     ok = all(c.ok or not c.required for c in checks)
 
     def human(_: Any) -> None:
@@ -73,6 +74,30 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
 
     emit({"ok": ok, "checks": [c.as_dict() for c in checks]}, as_json, human)
     sys.exit(0 if ok else 1)
+
+
+@main.command()
+@click.option("--model", "model_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Model folder whose config.json to plan for (default: engine.model; no weights are read).")
+@click.option("--gpus", type=click.IntRange(min=1), default=None, help="GPUs to plan for (default: the visible ones).")
+@click.option("--gpu-memory", type=click.FloatRange(min=1), default=None,
+              help="Memory of one GPU in GB (default: the smallest visible one's).")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@click.pass_context
+@friendly_errors
+def plan(ctx: click.Context, model_dir: Path | None, gpus: int | None, gpu_memory: float | None, as_json: bool) -> None:
+    """The memory arithmetic of serving and training this model here, and the settings it recommends."""
+    from appliance.plan import PlanError, detect_gpus, make_plan, read_model, render
+
+    settings = settings_of(ctx)
+    if gpus is None or gpu_memory is None:
+        seen = detect_gpus()
+        if seen is None:
+            raise PlanError("no GPU visible (nvidia-smi found none)",
+                            "plan for a GPU server from here with --gpus N --gpu-memory GB (an H100 is 80, an H200 141)")
+        gpus, gpu_memory = gpus or seen[0], gpu_memory or seen[1]
+    result = make_plan(read_model(model_dir or settings.model_path), settings, gpus, gpu_memory)
+    emit(result.as_dict(), as_json, lambda _: click.echo(render(result)))
 
 
 @main.command()

@@ -222,7 +222,13 @@ class Engine:
                 self.store.add_event(Event("error", f"{stuck} model calls still in flight after "
                                            f"{self.settings.engine.drain_timeout_s:.0f} s of draining"))
             if self._sleep_mode:
-                self._post("/sleep", params={"level": self.settings.engine.sleep_level})
+                try:
+                    self._post("/sleep", params={"level": self.settings.engine.sleep_level})
+                except (ApplianceError, httpx.HTTPError) as e:
+                    # DRAINING admits nothing and nothing leaves it but sleep: FAILED is what the supervisor
+                    # restarts (from the weights on disk), so serving comes back instead of hanging here
+                    self._set(EngineState.FAILED, error=f"sleep failed: {getattr(e, 'message', e)}")
+                    raise
             self._set(EngineState.SLEEPING)
 
     def resume(self) -> None:
