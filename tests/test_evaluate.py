@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from appliance.config import Settings
-from appliance.evaluate import budget_tasks, evaluate_heldout, learning_curve, pass_at_1, spread
+from appliance.evaluate import (
+    budget_tasks,
+    devset_budget,
+    devset_curve,
+    evaluate_devset,
+    evaluate_heldout,
+    learning_curve,
+    pass_at_1,
+    spread,
+)
 from appliance.practice import new_rollout
 from appliance.schemas import Outcome, Split, Task, TaskStatus
 from appliance.store import Store
@@ -69,3 +78,59 @@ def test_k_rollouts_per_task_infra_errors_are_no_evidence(settings: Settings, st
     ((it, curve),) = learning_curve(store, "r")
     assert it == 0 and (curve.passed, curve.n, curve.k, curve.tasks) == (result.passed, result.n, 3, 12)
     assert dict(store.metric_series("r", "heldout_low"))[0] == result.low
+
+
+def _validate_all(store: Store):
+    def validate(tasks: list[Task]) -> None:  # stands in for the loop's agent-free validation
+        for t in tasks:
+            store.set_task_status(t.id, TaskStatus.VALID)
+    return validate
+
+
+def _runner(store: Store, ran: list[str]):
+    def run_pending(work):  # chores pass, everything else fails
+        for spec, rid in work:
+            store.start_rollout(rid)
+            outcome = Outcome.SUCCESS if spec.family == "dev-chore" else Outcome.FAILURE
+            store.finish_rollout(rid, outcome, float(outcome == Outcome.SUCCESS))
+            ran.append(rid)
+    return run_pending
+
+
+def test_the_dev_set_is_evaluated_whole_at_baseline_per_category(settings: Settings, store: Store) -> None:
+    from appliance.tasks.devset import devset_tasks
+
+    store.create_run("r", {})
+    store.start_iteration("r", 0, 0)
+    ran: list[str] = []
+    result = evaluate_devset(store, settings, "r", 0, 0, harness="builtin", run_pending=_runner(store, ran),
+                             new_rollout=new_rollout, validate=_validate_all(store))
+    n = len(devset_tasks())
+    k = settings.evaluation.samples_per_task
+    assert k >= 2 and result is not None and result.tasks == n and result.n == n * k == len(ran)
+    chores = result.by_level["chore"]
+    assert chores["pass_at_1"] == 1.0 and result.by_level["git"]["passed"] == 0
+    assert result.passed == chores["n"] and result.low < result.pass_at_1 < result.high
+    assert not store.evals("r") and not learning_curve(store, "r")  # the held-out cells stay held-out only
+    ((it, curve),) = devset_curve(store, "r")
+    assert it == 0 and (curve.passed, curve.n, curve.k, curve.tasks) == (result.passed, result.n, k, n)
+    assert curve.by_level == result.by_level
+
+
+def test_the_dev_set_gets_what_the_held_out_set_left_of_the_budget(settings: Settings, store: Store) -> None:
+    store.create_run("r", {})
+    tasks = heldout(store)
+    settings.evaluation.samples_per_task = 2
+    settings.evaluation.devset_min_tasks = 3
+    ordered = spread(tasks)
+    assert devset_budget(tasks, settings, allowed_s=None, cost_s=None) == ordered  # baseline: all of it
+    assert devset_budget(tasks, settings, allowed_s=100, cost_s=10) == ordered[:5]
+    assert devset_budget(tasks, settings, allowed_s=-50, cost_s=10) == ordered[:3]  # never below the floor
+
+
+def test_the_dev_set_can_be_turned_off(settings: Settings, store: Store) -> None:
+    store.create_run("r", {})
+    settings.evaluation.devset = False
+    assert evaluate_devset(store, settings, "r", 0, 0, harness="builtin", run_pending=_runner(store, []),
+                           new_rollout=new_rollout, validate=_validate_all(store)) is None
+    assert not store.tasks("r", split=Split.DEV)

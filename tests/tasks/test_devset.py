@@ -96,3 +96,33 @@ def test_a_sample_of_every_category_passes_agent_free_validation(sandbox_setting
     results = validate_many(sandbox_settings, sample, parallel=4)
     bad = {s.id: v.reason for s, v in zip(sample, results) if not v.ok}
     assert not bad
+
+
+def test_the_store_refuses_training_on_the_dev_set(store) -> None:
+    import sqlite3
+
+    from appliance.errors import StoreError
+    from appliance.schemas import Rollout, RolloutStatus, Task, TaskStatus
+    from appliance.tasks.devset import fix_devset
+
+    store.create_run("r1", {})
+    assert fix_devset(store, "r1") == len(devset_tasks())
+    assert fix_devset(store, "r1") == 0  # a restarted run adds nothing
+    (s,) = synthesize("text", 2, 1)
+    store.add_task(Task(s.id, "r1", s.family, s.difficulty, s.source, Split.TRAIN, TaskStatus.PROPOSED, s.to_spec()))
+    dev = sorted(t.id for t in store.tasks("r1", split=Split.DEV))
+    assert [t.id for t in store.training_tasks("r1")] == [s.id]
+    store.check_trainable([s.id])
+    with pytest.raises(StoreError, match="dev"):
+        store.check_trainable([s.id, dev[0]])
+    store.add_rollout(Rollout("ev1", "r1", dev[0], None, 0, "builtin", 0, RolloutStatus.PENDING, purpose="eval"))
+    with pytest.raises(sqlite3.IntegrityError, match="dev-set"):
+        store.add_rollout(Rollout("tr1", "r1", dev[0], None, 0, "builtin", 0, RolloutStatus.PENDING, purpose="train"))
+    with pytest.raises(sqlite3.IntegrityError, match="dev-set"):
+        with store.write() as c:
+            c.execute("UPDATE tasks SET split = 'train' WHERE id = ?", (dev[0],))
+    with pytest.raises(sqlite3.IntegrityError, match="dev-set"):
+        with store.write() as c:
+            c.execute("INSERT INTO demonstrations (run_id, task_id, family, difficulty, origin, digest, messages,"
+                      " token_ids, mask, created_at) VALUES ('r1', ?, 'dev-chore', 2, 'reference', 'd', '[]', x'', x'', 0)",
+                      (dev[0],))
