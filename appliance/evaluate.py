@@ -222,7 +222,8 @@ def evaluate_devset(store: Store, settings: Settings, run_id: str, iteration: in
     metrics = {"dev_pass@1": result.pass_at_1, "dev_low": result.low, "dev_high": result.high,
                "dev_tasks": float(len(chosen)), "dev_k": float(k)}
     for cat, c in result.by_level.items():
-        metrics[f"dev_n.{cat}"], metrics[f"dev_passed.{cat}"] = c["n"], c["passed"]
+        for what in ("n", "passed", "low", "high"):  # the report reads these (diagnosis cannot import evaluate)
+            metrics[f"dev_{what}.{cat}"] = c[what]
     store.add_metrics(run_id, iteration, metrics)
     return result
 

@@ -115,6 +115,15 @@ def test_the_dev_set_is_evaluated_whole_at_baseline_per_category(settings: Setti
     ((it, curve),) = devset_curve(store, "r")
     assert it == 0 and (curve.passed, curve.n, curve.k, curve.tasks) == (result.passed, result.n, k, n)
     assert curve.by_level == result.by_level
+    from appliance.diagnosis import build_report
+
+    report, markdown = build_report(store, "r", 0)
+    dev = report["devset"]
+    assert (dev["pass_at_1"], dev["low"], dev["high"], dev["n"], dev["k"]) == (result.pass_at_1, result.low,
+                                                                                 result.high, result.n, k)
+    assert dev["by_category"]["chore"]["pass_at_1"] == 1.0 and dev["by_category"]["git"]["high"] < 0.5
+    assert f"**Dev-set pass@1 (transfer, never trained on):** {result.pass_at_1:.1%}" in markdown
+    assert "- chore: " in markdown and "## Dev-set pass@1 with 95 % interval" in markdown
 
 
 def test_the_dev_set_gets_what_the_held_out_set_left_of_the_budget(settings: Settings, store: Store) -> None:
