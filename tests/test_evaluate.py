@@ -143,3 +143,26 @@ def test_the_dev_set_can_be_turned_off(settings: Settings, store: Store) -> None
     assert evaluate_devset(store, settings, "r", 0, 0, harness="builtin", run_pending=_runner(store, []),
                            new_rollout=new_rollout, validate=_validate_all(store)) is None
     assert not store.tasks("r", split=Split.DEV)
+
+
+def test_bench_learning_prints_the_dev_curve_beside_the_held_out_one(settings: Settings, store: Store, capsys) -> None:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import bench_learning
+
+    store.create_run("r", {})
+    store.start_iteration("r", 0, 0)
+    heldout(store)
+    ran: list[str] = []
+    evaluate_heldout(store, settings, "r", 0, 0, harness="builtin", run_pending=_runner(store, ran),
+                     new_rollout=new_rollout)
+    dev = evaluate_devset(store, settings, "r", 0, 0, harness="builtin", run_pending=_runner(store, ran),
+                          new_rollout=new_rollout, validate=_validate_all(store))
+    assert settings.db_path == settings.home / "appliance.db"
+    assert bench_learning.report(settings.home) == 0
+    out = capsys.readouterr().out
+    assert "held-out pass@1 [95 %]      dev-set pass@1 [95 %]" in out
+    row = next(line for line in out.splitlines() if line.strip().startswith("0 ") and "chore" in line)
+    assert "0.0% [" in row and f"{dev.pass_at_1:6.1%} [{dev.low:5.1%}" in row
