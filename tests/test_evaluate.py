@@ -88,8 +88,10 @@ def _validate_all(store: Store):
 
 
 def _runner(store: Store, ran: list[str]):
-    def run_pending(work):  # chores pass, everything else fails
+    def run_pending(work):  # chores pass, everything else fails; finished ones stay (as in the loop)
         for spec, rid in work:
+            if store.get_rollout(rid).outcome is not None:
+                continue
             store.start_rollout(rid)
             outcome = Outcome.SUCCESS if spec.family == "dev-chore" else Outcome.FAILURE
             store.finish_rollout(rid, outcome, float(outcome == Outcome.SUCCESS))
@@ -166,3 +168,34 @@ def test_bench_learning_prints_the_dev_curve_beside_the_held_out_one(settings: S
     assert "held-out pass@1 [95 %]      dev-set pass@1 [95 %]" in out
     row = next(line for line in out.splitlines() if line.strip().startswith("0 ") and "chore" in line)
     assert "0.0% [" in row and f"{dev.pass_at_1:6.1%} [{dev.low:5.1%}" in row
+
+
+def test_after_the_baseline_the_dev_set_gets_what_the_held_out_set_left(settings: Settings, store: Store) -> None:
+    store.create_run("r", {})
+    store.start_iteration("r", 0, 0)
+    heldout(store)
+    settings.evaluation.samples_per_task = 2
+    settings.evaluation.budget_share = 0.5  # evaluation may take as long as what ran before it
+    run = _runner(store, [])
+    args = {"harness": "builtin", "run_pending": run, "new_rollout": new_rollout}
+    evaluate_heldout(store, settings, "r", 0, 0, **args)
+    base = evaluate_devset(store, settings, "r", 0, 0, validate=_validate_all(store), **args)
+    assert base is not None and base.tasks == 66  # the baseline: all of it
+
+    def timed(iteration: int, start: float, seconds_each: float) -> None:  # rollouts' wall times, as measured
+        with store.write() as c:
+            ids = [r.id for r in store.rollouts("r", iteration=iteration, purpose="eval") if r.started_at is not None]
+            for i, rid in enumerate(sorted(ids)):
+                c.execute("UPDATE rollouts SET started_at = ?, finished_at = ? WHERE id = ?",
+                          (start, start + seconds_each * (i + 1), rid))
+
+    timed(0, 1.0, 10.0)  # 10 s a rollout
+    store.start_iteration("r", 1, 0)
+    t0 = store.get_iteration("r", 1).started_at
+    held = evaluate_heldout(store, settings, "r", 1, 0, clock=lambda: t0 + 1000, **args)
+    assert held.tasks == 12  # 1000 s allowed, 12 tasks x 2 x 10 s fit
+    timed(1, t0 + 1000, 10.0)  # the held-out evaluation took 240 s
+    dev = evaluate_devset(store, settings, "r", 1, 0, validate=_validate_all(store), clock=lambda: t0 + 1240, **args)
+    assert dev is not None and dev.tasks == (1000 - 240) // 20  # what was left: 38 tasks x 2 x 10 s
+    again = evaluate_devset(store, settings, "r", 1, 0, validate=_validate_all(store), clock=lambda: t0 + 400, **args)
+    assert again is not None and again.tasks == settings.evaluation.devset_min_tasks  # nothing left: the floor
