@@ -120,6 +120,7 @@ def build_report(store: Store, run_id: str, iteration: int,
     report["capability"] = capability(store, train_rollouts, tasks)
     report["habits"] = habits(store, train_rollouts)
     report["demonstrations"] = store.demonstration_counts(run_id)
+    report["devset"] = devset_block(store, run_id, iteration)
     proposed = [t for t in tasks.values() if t.source == "self_proposed" and t.split == "train"]
     report["self_proposal"] = {"proposed": len(proposed), **Counter(str(t.status) for t in proposed)}
     report["analysis"] = _analysis(report, generate_text)
@@ -315,6 +316,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     p = report["heldout_pass_at_1"]
     lines.append(f"**Held-out pass@1:** {'n/a' if p is None else f'{p:.1%}'}  ")
     lines.append("**Trend:** " + (" → ".join(f"{t['pass_at_1']:.1%}" for t in report["trend"]) or "n/a") + "  ")
+    lines += render_devset(report)[:1]
     lines.append(f"**Infra-error rate:** {report['infra_error_rate']:.1%} of {report['rollouts']} rollouts")
     for title, key in (("Held-out pass@1 by family × difficulty", "heldout"), ("Practice pass rate", "train")):
         table = report[key]
@@ -379,6 +381,7 @@ def render_curriculum(report: dict[str, Any]) -> list[str]:
                   f"({ev.get('tasks', '?')} tasks x k={ev.get('k', '?')})"]
         for level, c in sorted((ev.get("by_level") or {}).items()):
             lines.append(f"- L{level}: {c['passed']}/{c['n']} = {c['pass_at_1']:.0%} [{c['low']:.0%}, {c['high']:.0%}]")
+    lines += render_devset(report)[1:]
     if report.get("decisions"):
         lines += ["", "## Controller decisions", ""]
         lines += [f"- {f}: {d['reason']}" for f, d in sorted(report["decisions"].items())]
@@ -406,3 +409,45 @@ def render_curriculum(report: dict[str, Any]) -> list[str]:
                 if c.get("example"):
                     lines.append(f"  - e.g. \"{c['example']['task']}\" -> `{c['example']['ran']}`")
     return lines
+
+
+# --- the transfer dev set: its own block, beside the held-out set's ------------------------------------
+DEV_METRICS = ("dev_pass@1", "dev_low", "dev_high", "dev_tasks", "dev_k")
+
+
+def devset_block(store: Store, run_id: str, iteration: int) -> dict[str, Any] | None:
+    """The dev set's pass@1 with its 95 % interval at this iteration, per category, and its trend, as
+    `evaluate.evaluate_devset` computed and stored them (dev_* metrics); None when it was not evaluated."""
+    series = {name: dict(store.metric_series(run_id, name)) for name in DEV_METRICS}
+    trend = [{"iteration": it, "pass_at_1": p, "low": series["dev_low"].get(it, 0.0),
+              "high": series["dev_high"].get(it, 0.0)} for it, p in sorted(series["dev_pass@1"].items())]
+    if iteration not in series["dev_pass@1"]:
+        return None
+    cats = sorted(n.removeprefix("dev_n.") for n in store.step_metric_names(run_id, iteration - 1, iteration)
+                  if n.startswith("dev_n."))
+    by_category = {}
+    for cat in cats:
+        c = {what: dict(store.metric_series(run_id, f"dev_{what}.{cat}")).get(iteration, 0.0)
+             for what in ("n", "passed", "low", "high")}
+        if c["n"]:
+            by_category[cat] = {**c, "pass_at_1": c["passed"] / c["n"]}
+    n = sum(c["n"] for c in by_category.values())
+    return {"pass_at_1": series["dev_pass@1"][iteration], "low": series["dev_low"][iteration],
+            "high": series["dev_high"][iteration], "n": int(n), "tasks": int(series["dev_tasks"].get(iteration, 0)),
+            "k": int(series["dev_k"].get(iteration, 1)), "by_category": by_category, "trend": trend}
+
+
+def render_devset(report: dict[str, Any]) -> list[str]:
+    """A headline line (first) and a section: the dev set's pass@1 with its interval, per category, trend."""
+    dev = report.get("devset")
+    if not dev or not dev.get("n"):
+        return []
+    said = f"{dev['pass_at_1']:.1%} [{dev['low']:.1%}, {dev['high']:.1%}]"
+    lines = [f"**Dev-set pass@1 (transfer, never trained on):** {said}  ",
+             "", "## Dev-set pass@1 with 95 % interval (transfer)", "",
+             f"{said} over {dev['n']} rollouts ({dev['tasks']} tasks x k={dev['k']})"]
+    for cat, c in sorted(dev["by_category"].items()):
+        lines.append(f"- {cat}: {int(c['passed'])}/{int(c['n'])} = {c['pass_at_1']:.0%} [{c['low']:.0%}, {c['high']:.0%}]")
+    lines.append("- trend: " + " → ".join(f"{t['pass_at_1']:.1%}" for t in dev["trend"]))
+    return lines
+

@@ -13,6 +13,13 @@ share) of that; the cost of one rollout is measured on the previous evaluation. 
 order that spreads over families and levels, so a smaller budget evaluates a prefix of the same list, never
 a different sample. The baseline (iteration 0) evaluates every held-out task: it is what all later
 iterations are compared with. Infra errors are no evidence: they count in neither n nor passed.
+
+The transfer dev set (`appliance.tasks.devset`, split `dev`) is measured the same way, after the held-out
+set, with the same k, rollout code and interval, per category (`evaluate_devset`). Its results live in
+metrics (`dev_*`), not in `evals`, so every reader of the held-out cells stays held-out only. Budget: the
+baseline evaluates the whole dev set; later iterations give it what the held-out set left of the same
+allowance (share / (1 - share) of the time before EVALUATE), all of it when that fits, else a prefix of
+`spread(...)` (balanced over category and difficulty) of at least `evaluation.devset_min_tasks`.
 """
 
 from __future__ import annotations
@@ -28,7 +35,8 @@ from appliance.schemas import Outcome, Rollout, Split, Task, TaskStatus
 from appliance.store import Store
 from appliance.tasks.difficulty import wilson
 
-__all__ = ["PassAt1", "budget_tasks", "evaluate_heldout", "learning_curve", "pass_at_1", "wilson"]
+__all__ = ["PassAt1", "budget_tasks", "devset_curve", "evaluate_devset", "evaluate_heldout", "learning_curve",
+           "pass_at_1", "wilson"]
 
 
 @dataclass
@@ -39,7 +47,7 @@ class PassAt1:
     high: float
     tasks: int = 0
     k: int = 1
-    by_level: dict[str, dict[str, float]] = field(default_factory=dict)
+    by_level: dict[str, dict[str, float]] = field(default_factory=dict)  # per category for the dev set
 
     @property
     def pass_at_1(self) -> float:
@@ -52,14 +60,14 @@ class PassAt1:
         return f"{self.pass_at_1:.1%} [{self.low:.1%}, {self.high:.1%}] ({self.passed}/{self.n})"
 
 
-def pass_at_1(cells: list[dict[str, Any]], *, k: int = 1, tasks: int = 0) -> PassAt1:
-    """Pool rows of (difficulty, n, passed) (the store's `evals` rows) into pass@1 with its interval."""
+def pass_at_1(cells: list[dict[str, Any]], *, k: int = 1, tasks: int = 0, key: str = "difficulty") -> PassAt1:
+    """Pool rows of (key, n, passed) (the store's `evals` rows) into pass@1 with its interval, and per key."""
     n = sum(int(c["n"]) for c in cells)
     passed = sum(int(c["passed"]) for c in cells)
     by: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for c in cells:
-        by[str(c["difficulty"])][0] += int(c["passed"])
-        by[str(c["difficulty"])][1] += int(c["n"])
+        by[str(c[key])][0] += int(c["passed"])
+        by[str(c[key])][1] += int(c["n"])
     by_level = {}
     for level, (p, m) in sorted(by.items()):
         lo, hi = wilson(p, m)
@@ -119,18 +127,36 @@ def evaluate_heldout(store: Store, settings: Settings, run_id: str, iteration: i
                      new_rollout: Callable[..., Rollout], clock: Callable[[], float] = time.time) -> PassAt1:
     """The EVALUATE phase's work after the held-out set is validated: k rollouts per budgeted task, then the
     per-cell results in `evals` (re-running replaces them) and pass@1 with its interval."""
-    from appliance.tasks import TaskSpec
-
     tasks = store.tasks(run_id, split=Split.HELDOUT, status=TaskStatus.VALID)
     k = settings.evaluation.samples_per_task
     elapsed = cost = None
     if iteration > 0:
         started = store.get_iteration(run_id, iteration).started_at
         elapsed = max(0.0, clock() - started)
-        previous = [r for r in store.rollouts(run_id, iteration=iteration - 1, purpose="eval")
-                    if r.outcome != Outcome.INFRA_ERROR]
-        cost = rollout_cost_s(previous)
+        cost = rollout_cost_s(_eval_rollouts(store, run_id, iteration - 1))
     chosen = budget_tasks(tasks, settings, elapsed_s=elapsed, cost_s=cost)
+    cells = _sample(store, run_id, iteration, policy_version, chosen, k, harness, run_pending, new_rollout)
+    for (family, level), (n, passed) in cells.items():
+        store.set_eval(run_id, iteration, policy_version, family, level, n, passed)
+    result = pass_at_1([{"difficulty": lvl, "n": n, "passed": p} for (_, lvl), (n, p) in cells.items()],
+                       k=k, tasks=len(chosen))
+    store.add_metrics(run_id, iteration, {"heldout_pass@1": result.pass_at_1, "heldout_low": result.low,
+                                          "heldout_high": result.high, "heldout_tasks": float(len(chosen)), "heldout_k": float(k)})
+    return result
+
+
+def _eval_rollouts(store: Store, run_id: str, iteration: int, task_ids: set[str] | None = None) -> list[Rollout]:
+    return [r for r in store.rollouts(run_id, iteration=iteration, purpose="eval")
+            if r.outcome != Outcome.INFRA_ERROR and (task_ids is None or r.task_id in task_ids)]
+
+
+def _sample(store: Store, run_id: str, iteration: int, policy_version: int, chosen: list[Task], k: int, harness: str,
+            run_pending: Callable[[list[tuple[Any, str]]], None],
+            new_rollout: Callable[..., Rollout]) -> dict[tuple[str, int], list[int]]:
+    """k eval rollouts of each chosen task (resumable: finished ones are not run again); (family, level) ->
+    [n, passed] over the finished ones that are evidence."""
+    from appliance.tasks import TaskSpec
+
     work = []
     for task in chosen:
         for j in range(k):
@@ -149,10 +175,80 @@ def evaluate_heldout(store: Store, settings: Settings, run_id: str, iteration: i
         cell = cells[(evaluated.family, evaluated.difficulty)]
         cell[0] += 1
         cell[1] += r.outcome == Outcome.SUCCESS
-    for (family, level), (n, passed) in cells.items():
-        store.set_eval(run_id, iteration, policy_version, family, level, n, passed)
-    result = pass_at_1([{"difficulty": lvl, "n": n, "passed": p} for (_, lvl), (n, p) in cells.items()],
-                       k=k, tasks=len(chosen))
-    store.add_metrics(run_id, iteration, {"heldout_pass@1": result.pass_at_1, "heldout_low": result.low,
-                                          "heldout_high": result.high, "heldout_tasks": float(len(chosen)), "heldout_k": float(k)})
+    return cells
+
+
+# --- the transfer dev set ---------------------------------------------------------------------------
+def devset_budget(tasks: list[Task], settings: Settings, *, allowed_s: float | None, cost_s: float | None) -> list[Task]:
+    """The prefix of `spread(tasks)` that fits `allowed_s` (all of it when nothing limits), at least
+    `evaluation.devset_min_tasks`."""
+    ordered = spread(tasks)
+    ev = settings.evaluation
+    if allowed_s is None or cost_s is None or cost_s <= 0 or ev.budget_share >= 1:
+        return ordered
+    fits = int(max(0.0, allowed_s) // (cost_s * ev.samples_per_task))
+    return ordered[: max(ev.devset_min_tasks, fits)]
+
+
+def evaluate_devset(store: Store, settings: Settings, run_id: str, iteration: int, policy_version: int, *,
+                    harness: str, run_pending: Callable[[list[tuple[Any, str]]], None],
+                    new_rollout: Callable[..., Rollout], validate: Callable[[list[Task]], None],
+                    clock: Callable[[], float] = time.time) -> PassAt1 | None:
+    """The dev set's part of EVALUATE, after `evaluate_heldout`: fix the set for the run (once), validate what
+    is still proposed (`validate`, the loop's agent-free validation), k rollouts per budgeted task, and
+    pass@1 with its interval, per category, stored as `dev_*` metrics. None when `evaluation.devset` is off."""
+    from appliance.tasks.devset import category, fix_devset
+
+    if not settings.evaluation.devset:
+        return None
+    fix_devset(store, run_id)
+    proposed = store.tasks(run_id, split=Split.DEV, status=TaskStatus.PROPOSED)
+    if proposed:
+        validate(proposed)
+    tasks = store.tasks(run_id, split=Split.DEV, status=TaskStatus.VALID)
+    k = settings.evaluation.samples_per_task
+    allowed = cost = None
+    if iteration > 0:
+        share = settings.evaluation.budget_share
+        heldout = {t.id for t in store.tasks(run_id, split=Split.HELDOUT)}
+        spent = _span(_eval_rollouts(store, run_id, iteration, heldout))  # the held-out evaluation just run
+        before = max(0.0, clock() - store.get_iteration(run_id, iteration).started_at - spent)
+        allowed = before * share / (1 - share) - spent if share < 1 else None
+        cost = rollout_cost_s(_eval_rollouts(store, run_id, iteration - 1))
+    chosen = devset_budget(tasks, settings, allowed_s=allowed, cost_s=cost)
+    cells = _sample(store, run_id, iteration, policy_version, chosen, k, harness, run_pending, new_rollout)
+    rows = [{"category": category(f), "n": n, "passed": p} for (f, _), (n, p) in cells.items()]
+    result = pass_at_1(rows, k=k, tasks=len(chosen), key="category")
+    metrics = {"dev_pass@1": result.pass_at_1, "dev_low": result.low, "dev_high": result.high,
+               "dev_tasks": float(len(chosen)), "dev_k": float(k)}
+    for cat, c in result.by_level.items():
+        for what in ("n", "passed", "low", "high"):  # the report reads these (diagnosis cannot import evaluate)
+            metrics[f"dev_{what}.{cat}"] = c[what]
+    store.add_metrics(run_id, iteration, metrics)
     return result
+
+
+def _span(rollouts: list[Rollout]) -> float:
+    cost = rollout_cost_s(rollouts)
+    return cost * len([r for r in rollouts if r.started_at and r.finished_at]) if cost else 0.0
+
+
+def devset_curve(store: Store, run_id: str) -> list[tuple[int, PassAt1]]:
+    """(iteration, dev-set pass@1 with interval and per category) per iteration the dev set was evaluated."""
+    by_iter: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for cat in _categories(store, run_id):
+        ns = dict(store.metric_series(run_id, f"dev_n.{cat}"))
+        ps = dict(store.metric_series(run_id, f"dev_passed.{cat}"))
+        for it, n in ns.items():
+            by_iter[it].append({"category": cat, "n": n, "passed": ps.get(it, 0)})
+    tasks = dict(store.metric_series(run_id, "dev_tasks"))
+    ks = dict(store.metric_series(run_id, "dev_k"))
+    return [(it, pass_at_1(by_iter.get(it, []), k=int(ks.get(it, 1)), tasks=int(t), key="category"))
+            for it, t in sorted(tasks.items())]
+
+
+def _categories(store: Store, run_id: str) -> list[str]:
+    from appliance.tasks.devset import CATEGORIES, category
+
+    seen = {category(t.family) for t in store.tasks(run_id, split=Split.DEV)}
+    return sorted(seen | set(CATEGORIES))

@@ -36,7 +36,7 @@ from appliance.demonstrations import (
 )
 from appliance.diagnosis import build_report, render_markdown
 from appliance.errors import ApplianceError, Interrupted
-from appliance.evaluate import evaluate_heldout
+from appliance.evaluate import evaluate_devset, evaluate_heldout
 from appliance.evaluate import learning_curve as learning_curve_with_intervals
 from appliance.hindsight import relabel_hindsight
 from appliance.practice import Practice, new_rollout, run_rollouts
@@ -370,6 +370,11 @@ class Loop:
                                   new_rollout=new_rollout)
         self.event("evaluate", f"iteration {index}: held-out pass@1 {result.describe()} over {result.tasks} "
                    f"tasks x {result.k} at policy version {self.engine.policy_version}")
+        dev = evaluate_devset(self.store, self.settings, self.run.id, index, self.engine.policy_version,
+                              harness=self.settings.loop.harness, run_pending=self._run_pending,
+                              new_rollout=new_rollout, validate=self._validate)
+        if dev is not None:
+            self.event("evaluate", f"iteration {index}: dev-set pass@1 {dev.describe()} over {dev.tasks} tasks x {dev.k}")
 
     def phase_diagnose(self, index: int) -> None:
         previous = self.store.report(self.run.id, index - 1) if index > 0 else None

@@ -56,6 +56,7 @@ class TaskStatus(StrEnum):
 class Split(StrEnum):
     TRAIN = "train"
     HELDOUT = "heldout"
+    DEV = "dev"  # the transfer dev set (appliance/tasks/devset): evaluated, never trained on, like heldout
 
 
 class RolloutStatus(StrEnum):

@@ -1,5 +1,6 @@
 """The learning benchmark: `appliance run` on the cpu profile for a fixed wall-clock budget, from the base
-model, then the held-out pass@1 curve with 95 % Wilson intervals, the level each family reached, and the
+model, then the held-out pass@1 curve with 95 % Wilson intervals beside the transfer dev set's curve
+(appliance/tasks/devset: never trained on, for choosing recipes), the level each family reached, and the
 demonstration / replay / self-proposal counts.
 
 Usage: scripts/bench learning [--minutes 120] [--seed 0] [--method grpo|ppo] [--home DIR] [--set KEY=VALUE ...]
@@ -29,7 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from appliance.config import load_settings  # noqa: E402
 from appliance.diagnosis import habits  # noqa: E402
-from appliance.evaluate import learning_curve  # noqa: E402
+from appliance.evaluate import devset_curve, learning_curve  # noqa: E402
 from appliance.store import Store  # noqa: E402
 
 
@@ -51,6 +52,7 @@ def report(home: Path) -> int:
         print(f"change {100 * (last.pass_at_1 - first.pass_at_1):+.1f} points; intervals "
               f"{'do not overlap' if separated else 'overlap'}")
         paired(store, run.id, curve[0][0], curve[-1][0])
+    beside(curve, devset_curve(store, run.id))  # whatever the held-out curve's length
     latest = store.report(run.id)
     if latest:
         rep = latest[0]
@@ -69,16 +71,33 @@ def report(home: Path) -> int:
     return 0
 
 
+def beside(heldout: list, dev: list) -> None:
+    """The template-held-out curve and the transfer dev set's, side by side, each with its 95 % interval."""
+    if not dev:
+        print("dev set: not evaluated (evaluation.devset off, or no evaluation yet)")
+        return
+    held = dict(heldout)
+    print("iteration  held-out pass@1 [95 %]      dev-set pass@1 [95 %]        dev passed/n  by category")
+    for it, d in dev:
+        h = held.get(it)
+        left = f"{h.pass_at_1:6.1%} [{h.low:5.1%}, {h.high:5.1%}]" if h else f"{'-':>24}"
+        cats = "  ".join(f"{c} {int(v['passed'])}/{int(v['n'])}" for c, v in d.by_level.items())
+        print(f"{it:>9}  {left}    {d.pass_at_1:6.1%} [{d.low:5.1%}, {d.high:5.1%}]    {d.passed:>5}/{d.n:<5}  "
+              f"{cats}  ({d.tasks} tasks x k={d.k})")
+
+
 def paired(store: Store, run_id: str, first: int, last: int) -> None:
     """Both evaluations over the same tasks: a later evaluation inside its time budget runs a prefix of
     the held-out list, so its pass@1 and the baseline's are over different tasks unless restricted."""
-    from appliance.schemas import Outcome
+    from appliance.schemas import Outcome, Split
     from appliance.tasks.difficulty import wilson
+
+    held = {t.id for t in store.tasks(run_id, split=Split.HELDOUT)}  # eval rollouts of dev tasks are not these
 
     def results(iteration: int) -> dict[str, list[bool]]:
         out: dict[str, list[bool]] = {}
         for r in store.rollouts(run_id, iteration=iteration, purpose="eval"):
-            if r.outcome not in (None, Outcome.INFRA_ERROR) and r.task_id:
+            if r.outcome not in (None, Outcome.INFRA_ERROR) and r.task_id in held:
                 out.setdefault(r.task_id, []).append(r.outcome == Outcome.SUCCESS)
         return out
 

@@ -59,7 +59,7 @@ ROOMS = [
     Room(5, ("harness",), "the built-in agent (a bash-tool loop) and the adapter that runs any third-party harness "
                           "inside a sandbox pointed at the proxy"),
     Room(6, ("tasks",), "task format, procedural families, self-proposal, validation and admission, the pool's "
-                        "rules (near-duplicates, learnable band), difficulty controller, held-out set"),
+                        "rules (near-duplicates, learnable band), difficulty controller, held-out set, the transfer dev set (data)"),
     Room(7, ("training",), "TRL glue: GRPO and PPO (turn-level credit) over appliance rollouts, SFT, LoRA, "
                            "checkpoints; the only module that "
                            "imports torch/trl (see \"Learning: how we use TRL\")"),
@@ -69,7 +69,8 @@ ROOMS = [
     Room(7, ("control",), "pause / resume / step / stop-after-iteration: requests in the `controls` table and "
                           "the one contract that answers them (`answer_pending`, used by the loop and its fakes)"),
     Room(7, ("evaluate",), "held-out pass@1 with its 95 % Wilson interval, k samples per task, within an "
-                           "evaluation budget; the one pass@1 the report, the curve, the CLI and the TUI use"),
+                           "evaluation budget; the one pass@1 the report, the curve, the CLI and the TUI use; "
+                           "the dev set's, per category, beside it"),
     Room(7, ("demonstrations", "episode_shapes", "hindsight"),
          "teacher-free demonstrations: reference solutions run through the built-in harness's formatting in a "
          "sandbox as episodes of a shape (solve, look first, check after, recover from a slip; only the turns "

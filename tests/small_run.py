@@ -35,6 +35,7 @@ def small_run_env(sandbox_settings: Settings, home: Path, tiny_model: Path) -> d
         "APPLIANCE_LOOP__GROUP_SIZE": "2",
         "APPLIANCE_LOOP__HELDOUT_LEVELS": "[1]",
         "APPLIANCE_LOOP__HELDOUT_PER_CELL": "2",
+        "APPLIANCE_EVALUATION__DEVSET": "false",  # 66 tasks x k with the tiny model would only add minutes
         "APPLIANCE_LOOP__TRAIN_STEPS": "1",
         "APPLIANCE_LOOP__EXTRA_DRAWS": "0",  # the tiny random model never succeeds: extra draws would only add time
         "APPLIANCE_LOOP__TICK_S": "0.5",

@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from appliance.config import Settings
-from appliance.evaluate import budget_tasks, evaluate_heldout, learning_curve, pass_at_1, spread
+from appliance.evaluate import (
+    budget_tasks,
+    devset_budget,
+    devset_curve,
+    evaluate_devset,
+    evaluate_heldout,
+    learning_curve,
+    pass_at_1,
+    spread,
+)
 from appliance.practice import new_rollout
 from appliance.schemas import Outcome, Split, Task, TaskStatus
 from appliance.store import Store
@@ -69,3 +78,124 @@ def test_k_rollouts_per_task_infra_errors_are_no_evidence(settings: Settings, st
     ((it, curve),) = learning_curve(store, "r")
     assert it == 0 and (curve.passed, curve.n, curve.k, curve.tasks) == (result.passed, result.n, 3, 12)
     assert dict(store.metric_series("r", "heldout_low"))[0] == result.low
+
+
+def _validate_all(store: Store):
+    def validate(tasks: list[Task]) -> None:  # stands in for the loop's agent-free validation
+        for t in tasks:
+            store.set_task_status(t.id, TaskStatus.VALID)
+    return validate
+
+
+def _runner(store: Store, ran: list[str]):
+    def run_pending(work):  # chores pass, everything else fails; finished ones stay (as in the loop)
+        for spec, rid in work:
+            if store.get_rollout(rid).outcome is not None:
+                continue
+            store.start_rollout(rid)
+            outcome = Outcome.SUCCESS if spec.family == "dev-chore" else Outcome.FAILURE
+            store.finish_rollout(rid, outcome, float(outcome == Outcome.SUCCESS))
+            ran.append(rid)
+    return run_pending
+
+
+def test_the_dev_set_is_evaluated_whole_at_baseline_per_category(settings: Settings, store: Store) -> None:
+    from appliance.tasks.devset import devset_tasks
+
+    store.create_run("r", {})
+    store.start_iteration("r", 0, 0)
+    ran: list[str] = []
+    result = evaluate_devset(store, settings, "r", 0, 0, harness="builtin", run_pending=_runner(store, ran),
+                             new_rollout=new_rollout, validate=_validate_all(store))
+    n = len(devset_tasks())
+    k = settings.evaluation.samples_per_task
+    assert k >= 2 and result is not None and result.tasks == n and result.n == n * k == len(ran)
+    chores = result.by_level["chore"]
+    assert chores["pass_at_1"] == 1.0 and result.by_level["git"]["passed"] == 0
+    assert result.passed == chores["n"] and result.low < result.pass_at_1 < result.high
+    assert not store.evals("r") and not learning_curve(store, "r")  # the held-out cells stay held-out only
+    ((it, curve),) = devset_curve(store, "r")
+    assert it == 0 and (curve.passed, curve.n, curve.k, curve.tasks) == (result.passed, result.n, k, n)
+    assert curve.by_level == result.by_level
+    from appliance.diagnosis import build_report
+
+    report, markdown = build_report(store, "r", 0)
+    dev = report["devset"]
+    assert (dev["pass_at_1"], dev["low"], dev["high"], dev["n"], dev["k"]) == (result.pass_at_1, result.low,
+                                                                                 result.high, result.n, k)
+    assert dev["by_category"]["chore"]["pass_at_1"] == 1.0 and dev["by_category"]["git"]["high"] < 0.5
+    assert f"**Dev-set pass@1 (transfer, never trained on):** {result.pass_at_1:.1%}" in markdown
+    assert "- chore: " in markdown and "## Dev-set pass@1 with 95 % interval" in markdown
+
+
+def test_the_dev_set_gets_what_the_held_out_set_left_of_the_budget(settings: Settings, store: Store) -> None:
+    store.create_run("r", {})
+    tasks = heldout(store)
+    settings.evaluation.samples_per_task = 2
+    settings.evaluation.devset_min_tasks = 3
+    ordered = spread(tasks)
+    assert devset_budget(tasks, settings, allowed_s=None, cost_s=None) == ordered  # baseline: all of it
+    assert devset_budget(tasks, settings, allowed_s=100, cost_s=10) == ordered[:5]
+    assert devset_budget(tasks, settings, allowed_s=-50, cost_s=10) == ordered[:3]  # never below the floor
+
+
+def test_the_dev_set_can_be_turned_off(settings: Settings, store: Store) -> None:
+    store.create_run("r", {})
+    settings.evaluation.devset = False
+    assert evaluate_devset(store, settings, "r", 0, 0, harness="builtin", run_pending=_runner(store, []),
+                           new_rollout=new_rollout, validate=_validate_all(store)) is None
+    assert not store.tasks("r", split=Split.DEV)
+
+
+def test_bench_learning_prints_the_dev_curve_beside_the_held_out_one(settings: Settings, store: Store, capsys) -> None:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import bench_learning
+
+    store.create_run("r", {})
+    store.start_iteration("r", 0, 0)
+    heldout(store)
+    ran: list[str] = []
+    evaluate_heldout(store, settings, "r", 0, 0, harness="builtin", run_pending=_runner(store, ran),
+                     new_rollout=new_rollout)
+    dev = evaluate_devset(store, settings, "r", 0, 0, harness="builtin", run_pending=_runner(store, ran),
+                          new_rollout=new_rollout, validate=_validate_all(store))
+    assert settings.db_path == settings.home / "appliance.db"
+    assert bench_learning.report(settings.home) == 0
+    out = capsys.readouterr().out
+    assert "held-out pass@1 [95 %]      dev-set pass@1 [95 %]" in out
+    row = next(line for line in out.splitlines() if line.strip().startswith("0 ") and "chore" in line)
+    assert "0.0% [" in row and f"{dev.pass_at_1:6.1%} [{dev.low:5.1%}" in row
+
+
+def test_after_the_baseline_the_dev_set_gets_what_the_held_out_set_left(settings: Settings, store: Store) -> None:
+    store.create_run("r", {})
+    store.start_iteration("r", 0, 0)
+    heldout(store)
+    settings.evaluation.samples_per_task = 2
+    settings.evaluation.budget_share = 0.5  # evaluation may take as long as what ran before it
+    run = _runner(store, [])
+    args = {"harness": "builtin", "run_pending": run, "new_rollout": new_rollout}
+    evaluate_heldout(store, settings, "r", 0, 0, **args)
+    base = evaluate_devset(store, settings, "r", 0, 0, validate=_validate_all(store), **args)
+    assert base is not None and base.tasks == 66  # the baseline: all of it
+
+    def timed(iteration: int, start: float, seconds_each: float) -> None:  # rollouts' wall times, as measured
+        with store.write() as c:
+            ids = [r.id for r in store.rollouts("r", iteration=iteration, purpose="eval") if r.started_at is not None]
+            for i, rid in enumerate(sorted(ids)):
+                c.execute("UPDATE rollouts SET started_at = ?, finished_at = ? WHERE id = ?",
+                          (start, start + seconds_each * (i + 1), rid))
+
+    timed(0, 1.0, 10.0)  # 10 s a rollout
+    store.start_iteration("r", 1, 0)
+    t0 = store.get_iteration("r", 1).started_at
+    held = evaluate_heldout(store, settings, "r", 1, 0, clock=lambda: t0 + 1000, **args)
+    assert held.tasks == 12  # 1000 s allowed, 12 tasks x 2 x 10 s fit
+    timed(1, t0 + 1000, 10.0)  # the held-out evaluation took 240 s
+    dev = evaluate_devset(store, settings, "r", 1, 0, validate=_validate_all(store), clock=lambda: t0 + 1240, **args)
+    assert dev is not None and dev.tasks == (1000 - 240) // 20  # what was left: 38 tasks x 2 x 10 s
+    again = evaluate_devset(store, settings, "r", 1, 0, validate=_validate_all(store), clock=lambda: t0 + 400, **args)
+    assert again is not None and again.tasks == settings.evaluation.devset_min_tasks  # nothing left: the floor

@@ -296,6 +296,14 @@ class EvaluationSettings(Section):
         "over families and levels) so the measured rollout time stays under this share of the last iteration."
     )
     min_tasks: int = Field(8, ge=1, description="Held-out tasks evaluated at least, whatever the budget says.")
+    devset: bool = Field(
+        True, description="Also evaluate the transfer dev set (appliance/tasks/devset: everyday tasks written "
+        "independently of the families, never trained on) with the same k and interval, for choosing recipes."
+    )
+    devset_min_tasks: int = Field(
+        10, ge=0, description="Dev tasks evaluated at least (round-robin over its categories) when the budget left "
+        "after the held-out set does not fit the whole dev set; the baseline always evaluates all of it."
+    )
 
 
 class ExternalHarnessSettings(Section):

@@ -205,5 +205,22 @@ def m009_retired_routes(db: sqlite_utils.Database) -> None:
         """
         CREATE TABLE retired_routes (
             route_hash TEXT PRIMARY KEY, rollout_id TEXT NOT NULL, retired_at REAL NOT NULL);
+
+
+def m010_devset_guard(db: sqlite_utils.Database) -> None:
+    # The transfer dev set (split 'dev') is refused for training exactly as the held-out set is (m004, m007):
+    # no training rollout, no demonstration, and a dev task never moves to another split. Named m010 because
+    # m009 is taken by a concurrent change (retired routes); the names only need to be distinct and in order.
+    db.executescript(
+        """
+        CREATE TRIGGER dev_not_trained BEFORE INSERT ON rollouts
+        WHEN NEW.purpose = 'train' AND NEW.task_id IN (SELECT id FROM tasks WHERE split = 'dev')
+        BEGIN SELECT RAISE(ABORT, 'dev-set task used in a training rollout'); END;
+        CREATE TRIGGER dev_split_fixed BEFORE UPDATE OF split ON tasks
+        WHEN OLD.split = 'dev' AND NEW.split != 'dev'
+        BEGIN SELECT RAISE(ABORT, 'a dev-set task cannot move to another split'); END;
+        CREATE TRIGGER dev_not_demonstrated BEFORE INSERT ON demonstrations
+        WHEN NEW.task_id IN (SELECT id FROM tasks WHERE split = 'dev')
+        BEGIN SELECT RAISE(ABORT, 'dev-set task used in a demonstration'); END;
         """
     )

@@ -1,0 +1,48 @@
+"""The transfer dev set: everyday tasks written independently of the procedural families, never trained on.
+
+Each task is one single-file task (`*.toml`, docs/TASKS.md) in this folder, family `dev-<category>`, with
+`meta.source_page` naming the man or info page whose EXAMPLES it was derived from (Debian's
+/usr/share/man and /usr/share/info) and `meta.register` the request's register (terse, chatty, typo).
+Its wording, files and checks come from those pages, not from `appliance/tasks/families`; the families
+never take a phrasing from here (tests/tasks/test_devset.py checks that no dev task is a near-duplicate
+of any family task at levels 1-4). It exists to choose recipes: the EVALUATE phase measures it beside the
+held-out set (`appliance.evaluate.evaluate_devset`), and the store refuses it for training as it refuses
+held-out tasks (split `dev`: `Store.check_trainable` and the m010 triggers).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+from appliance.schemas import Split, Task, TaskStatus
+from appliance.store import Store
+from appliance.tasks.format import TaskSpec, load_task
+
+DEVSET_DIR = Path(__file__).parent
+CATEGORIES = ("chore", "multistep", "answer", "edit", "git")  # family = "dev-" + category
+
+
+def category(family: str) -> str:
+    return family.removeprefix("dev-")
+
+
+@cache
+def _load() -> tuple[TaskSpec, ...]:
+    return tuple(load_task(p) for p in sorted(DEVSET_DIR.glob("*.toml")))
+
+
+def devset_tasks() -> list[TaskSpec]:
+    """Every dev task, in file-name order (fresh copies: callers may change them)."""
+    return [TaskSpec.from_spec(s.to_spec()) for s in _load()]
+
+
+def fix_devset(store: Store, run_id: str) -> int:
+    """Store the dev set for a run, once (idempotent, like `heldout.fix_heldout`); returns rows added."""
+    if store.tasks(run_id, split=Split.DEV):
+        return 0
+    added = 0
+    for spec in devset_tasks():
+        added += store.add_task(Task(f"{run_id}.{spec.id}", run_id, spec.family, spec.difficulty, spec.source,
+                                     Split.DEV, TaskStatus.PROPOSED, spec.to_spec()))
+    return added
