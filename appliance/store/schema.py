@@ -205,8 +205,11 @@ def m009_retired_routes(db: sqlite_utils.Database) -> None:
         """
         CREATE TABLE retired_routes (
             route_hash TEXT PRIMARY KEY, rollout_id TEXT NOT NULL, retired_at REAL NOT NULL);
+        """
+    )
 
 
+@migrations()
 def m010_devset_guard(db: sqlite_utils.Database) -> None:
     # The transfer dev set (split 'dev') is refused for training exactly as the held-out set is (m004, m007):
     # no training rollout, no demonstration, and a dev task never moves to another split. Named m010 because
