@@ -10,11 +10,11 @@ with `schemas.FailureMode.read`); an infra error is counted by the first word of
 
 from __future__ import annotations
 
-import re
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from appliance.agent_habits import first_command, habits
 from appliance.lineage import describe_version, start_label
 from appliance.schemas import FailureMode, Outcome, Rollout, TaskStatus
 from appliance.store import Store
@@ -184,65 +184,6 @@ def band_levels(tasks: Any, iteration: int) -> dict[str, dict[str, dict[str, int
     return {f: {lvl: dict(c) for lvl, c in cells.items()} for f, cells in out.items()}
 
 
-def _answer(call: Any) -> dict[str, Any] | None:
-    """The assistant message of a recorded model call, None when it has none."""
-    try:
-        return call.response["choices"][0]["message"] if call.response else None
-    except (KeyError, IndexError, TypeError):
-        return None
-
-
-def _first_command(store: Store, rollout_id: str) -> str | None:
-    from appliance.harness.actions import parse_action
-
-    for call in store.model_calls(rollout_id):
-        message = _answer(call)
-        if message:
-            command = parse_action(message).command
-            if command:
-                return " ".join(command.split())[:120]
-    return None
-
-
-# Programs that only read the workspace: a command made of these alone (no redirection, no find action)
-# looks, it does not act. An episode of looks alone has done nothing the task asked for.
-READ_ONLY = frozenset({"ls", "cat", "head", "tail", "wc", "pwd", "file", "stat", "tree", "find", "less", "more"})
-_FIND_ACTIONS = ("-delete", "-exec", "-execdir", "-ok", "-fprint", "-fls")
-
-
-def is_look(command: str) -> bool:
-    """Whether a command only reads: every program of its pipeline read-only, nothing redirected."""
-    if ">" in command or any(a in command.split() for a in _FIND_ACTIONS):
-        return False
-    programs = [part.split()[0] for part in re.split(r"\|\||&&|[|;\n]", command) if part.split()]
-    return bool(programs) and all(p in READ_ONLY for p in programs)
-
-
-def habits(store: Store, rollouts: list[Rollout]) -> dict[str, Any]:
-    """How the agent works, over finished practice rollouts of the built-in harness's format: how often it
-    says DONE right after a command failed, and how many episodes only looked and never acted."""
-    from appliance.harness.actions import observed_exit_code, parse_action
-
-    done_after_error = turns_after_error = only_looks = commands = episodes = 0
-    for r in rollouts:
-        if r.purpose != "train" or r.outcome in (None, Outcome.INFRA_ERROR):
-            continue
-        calls = store.model_calls(r.id)
-        said = [parse_action(m) if (m := _answer(call)) else None for call in calls]
-        ran = [a.command for a in said if a is not None and a.command]
-        episodes += 1
-        commands += len(ran)
-        only_looks += bool(ran) and all(is_look(c) for c in ran)
-        for call, action in zip(calls[1:], said[1:], strict=False):
-            last = (call.request.get("messages") or [{}])[-1]
-            code = observed_exit_code(str(last.get("content") or "")) if last.get("role") in ("user", "tool") else None
-            if code not in (None, 0):
-                turns_after_error += 1
-                done_after_error += action is not None and action.submit and not action.command
-    return {"episodes": episodes, "commands_mean": commands / episodes if episodes else 0.0,
-            "only_looks": only_looks, "turns_after_error": turns_after_error, "done_after_error": done_after_error}
-
-
 def capability(store: Store, rollouts: list[Rollout], tasks: dict[str, Any], *,
                per_cell: int = 12) -> dict[str, dict[str, dict[str, Any]]]:
     """Computed from the data, per family (operation) and level: pass rate, failure modes, the most common
@@ -265,7 +206,7 @@ def capability(store: Store, rollouts: list[Rollout], tasks: dict[str, Any], *,
         wrong: Counter[str] = Counter()
         example = None
         for r in failed[:per_cell]:
-            cmd = _first_command(store, r.id)
+            cmd = first_command(store, r.id)
             wrong[cmd or "(no command)"] += 1
             if example is None and cmd:
                 instruction = " ".join(tasks[r.task_id or ""].spec.get("instruction", "").split())

@@ -28,8 +28,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from appliance.agent_habits import habits  # noqa: E402
 from appliance.config import load_settings  # noqa: E402
-from appliance.diagnosis import habits  # noqa: E402
 from appliance.evaluate import devset_curve, learning_curve  # noqa: E402
 from appliance.store import Store  # noqa: E402
 

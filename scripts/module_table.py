@@ -60,6 +60,8 @@ ROOMS = [
                           "inside a sandbox pointed at the proxy"),
     Room(6, ("tasks",), "task format, procedural families, self-proposal, validation and admission, the pool's "
                         "rules (near-duplicates, learnable band), difficulty controller, held-out set, the transfer dev set (data)"),
+    Room(6, ("agent_habits",), "the agent's habits in practice from the recorded calls (commands per episode, "
+                               "episodes that only looked, DONE right after a failed command)"),
     Room(7, ("training",), "TRL glue: GRPO and PPO (turn-level credit) over appliance rollouts, SFT, LoRA, "
                            "checkpoints; the only module that "
                            "imports torch/trl (see \"Learning: how we use TRL\")"),

@@ -164,7 +164,7 @@ def test_capability_is_computed_per_operation_and_the_analysis_is_gated(store: S
 
 
 def test_habits_count_done_right_after_a_failed_command_and_episodes_that_only_look(store: Store) -> None:
-    from appliance.diagnosis import is_look
+    from appliance.agent_habits import is_look
     from appliance.harness.actions import format_observation
     from appliance.sandbox.shell import ExecResult
     from appliance.schemas import ModelCall
