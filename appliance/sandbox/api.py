@@ -19,7 +19,8 @@ class SandboxShell(Protocol):
 
     def run(self, cmd: str, timeout: float | None = None) -> ExecResult: ...
 
-    def lost(self) -> None: ...
+    @property
+    def pid(self) -> int: ...
 
 
 class SandboxAPI(Protocol):
@@ -27,6 +28,8 @@ class SandboxAPI(Protocol):
     settings: Settings
     dropped: list[str]  # what the last copy out left out (the agent's doing: tampering)
     copied_out: bytes | None  # the sanitized archive of the last copy out
+    spared: set[int]  # pids a scrub leaves alive (the verdict launcher)
+    on_stop: list[Callable[[], None]]  # called when the sandbox is removed
 
     def exec(self, cmd: str | Sequence[str], timeout: float | None = None, cwd: str = "/workspace",
              env: Mapping[str, str] | None = None) -> ExecResult: ...

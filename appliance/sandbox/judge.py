@@ -5,7 +5,7 @@ itself. Text that code can reach is no verdict: a persistent shell's stdout (wit
 can read out of the shell's memory) or the verifier's own stdout (inherited, or opened through
 /proc/PID/fd). So the verdict travels another way:
 
-- a fresh `podman exec` whose top process is the launcher (image/judge-launcher.py) started through an
+- a `podman exec` whose top process is the launcher (one per sandbox, serving each verdict in turn) (image/judge-launcher.py) started through an
   execute-only interpreter: the kernel makes it non-dumpable, so no process of the sandbox may ptrace
   it, read or write its memory or open its descriptors, and its stdout pipe is held by it and the
   container runtime alone;
@@ -22,7 +22,11 @@ what that code can still do is make the verifier fail (kill it, exhaust its time
 from __future__ import annotations
 
 import json
+import os
+import select
 import subprocess
+import threading
+import time
 from dataclasses import dataclass
 
 from appliance.errors import SandboxError
@@ -48,34 +52,117 @@ class JudgeRun:
     killed: str | None = None  # the launcher itself died: a process of the sandbox killed it
 
 
-def run_judge(sb: SandboxAPI, lang: str, source: str, *, timeout_s: float, env: dict[str, str]) -> JudgeRun:
+class _Session:
+    """The sandbox's launcher, kept for its next verifier run: one `podman exec` per sandbox, not per verdict."""
+
+    def __init__(self, sb: SandboxAPI) -> None:
+        self.proc = subprocess.Popen([podman_bin(), "exec", "-i", "-w", "/", sb.name, *LAUNCHER],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env=podman_env(sb.settings), cwd=podman_cwd(sb.settings))
+        self.buffer = b""
+        first = self.line(time.monotonic() + GRACE_S)
+        if first is None or not first.strip().isdigit():
+            err = self.close()
+            detail = (first or b"").decode(errors="replace")[:300] or err
+            raise SandboxError(f"the verifier's launcher in sandbox {sb.name} did not start: {detail}",
+                               "rebuild the sandbox image with `appliance init`; check `podman ps`")
+        self.pid = int(first)
+
+    def line(self, deadline: float) -> bytes | None:
+        """The next line the launcher prints; None at EOF (it died) or past the deadline."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self.buffer:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return None
+            data = os.read(fd, 1 << 20)
+            if not data:
+                return None
+            self.buffer += data
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return line
+
+    def close(self) -> str:
+        try:
+            if self.proc.stdin:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+        return self.proc.stderr.read().decode(errors="replace")[-300:] if self.proc.stderr else ""
+
+
+_sessions: dict[str, _Session] = {}
+_sessions_lock = threading.Lock()
+
+
+def _session(sb: SandboxAPI) -> _Session:
+    with _sessions_lock:
+        session = _sessions.get(sb.name)
+    if session is not None and session.proc.poll() is None:
+        return session
+    session = _Session(sb)
+    with _sessions_lock:
+        _sessions[sb.name] = session
+    sb.spared.clear()
+    sb.spared.add(session.pid)  # a scrub between two verdicts leaves the launcher alone
+    sb.on_stop.append(lambda: _end(sb))
+    return session
+
+
+def _end(sb: SandboxAPI) -> None:
+    sb.spared.clear()
+    with _sessions_lock:
+        session = _sessions.pop(sb.name, None)
+    if session is not None:
+        session.close()
+
+
+def run_judge(sb: SandboxAPI, lang: str, source: str, *, timeout_s: float, env: dict[str, str],
+              spare: tuple[int, ...] = ()) -> JudgeRun:
     """Run `source` (python or bash) as the verifier over the sandbox's /workspace; see the module doc.
 
+    `spare`: pids the launcher leaves alive when it ends the uid's other processes (the driving shell).
     Raises SandboxError only when the machine failed (the sandbox is gone, podman errors, the image lacks
     the launcher); whatever the workspace's code does ends in a JudgeRun."""
-    request = json.dumps({"lang": lang, "source": source, "timeout_s": timeout_s, "env": env,
+    session = _session(sb)
+    request = json.dumps({"lang": lang, "source": source, "timeout_s": timeout_s, "env": env, "spare": list(spare),
                           "output_limit": sb.settings.sandbox.output_limit_bytes})
-    argv = [podman_bin(), "exec", "-i", "-w", "/", sb.name, *LAUNCHER]
     try:
-        proc = subprocess.run(argv, input=request.encode(), capture_output=True, env=podman_env(sb.settings),
-                              cwd=podman_cwd(sb.settings), timeout=timeout_s + GRACE_S)
-    except subprocess.TimeoutExpired:
-        # The launcher enforces the limit inside; an exec that outlives it by GRACE_S is a stuck machine.
-        raise SandboxError(f"the verifier's exec in sandbox {sb.name} did not return within {timeout_s + GRACE_S:g} s",
-                           "an infra error; check `podman ps` and the machine's load") from None
-    err = proc.stderr.decode(errors="replace").strip()
-    if proc.returncode == 0:
+        assert session.proc.stdin is not None
+        session.proc.stdin.write(request.encode() + b"\n")
+        session.proc.stdin.flush()
+        line = session.line(time.monotonic() + timeout_s + GRACE_S)
+    except OSError:
+        line = None
+    if line is not None:
         try:
-            verdict = json.loads(proc.stdout)
+            verdict = json.loads(line)
         except ValueError:
-            raise SandboxError(f"the verifier's launcher in sandbox {sb.name} answered no verdict: {proc.stdout[:200]!r}",
+            _end(sb)
+            raise SandboxError(f"the verifier's launcher in sandbox {sb.name} answered no verdict: {line[:200]!r}",
                                "rebuild the sandbox image with `appliance init`") from None
         if verdict.get("error"):
+            _end(sb)
             raise SandboxError(f"sandbox {sb.name}: {verdict['error']}", "rebuild the sandbox image with `appliance init`")
         return JudgeRun(verdict["exit_code"], verdict["stdout"], verdict["stderr"], verdict["duration_s"],
                         verdict["timed_out"], verdict["score_channel"])
-    if proc.returncode in (125, 126, 127) or not sb.alive():
-        raise SandboxError(f"running the verifier in sandbox {sb.name} failed ({proc.returncode}): {err[-300:]}",
+    try:  # EOF: the launcher died, and its exec client follows within moments
+        session.proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+    alive_launcher = session.proc.poll() is None
+    err = session.close() if not alive_launcher else ""
+    _end(sb)
+    if alive_launcher:
+        # The launcher enforces the limit inside; one that outlives it by GRACE_S is a stuck machine.
+        raise SandboxError(f"the verifier in sandbox {sb.name} gave no verdict within {timeout_s + GRACE_S:g} s",
+                           "an infra error; check `podman ps` and the machine's load")
+    code = session.proc.returncode
+    if code in (125, 126, 127) or not sb.alive():
+        raise SandboxError(f"running the verifier in sandbox {sb.name} failed ({code}): {err}",
                            "an infra error; if the launcher is missing, rebuild the image with `appliance init`")
     # Killed by a signal while the container lives: only a process inside can have done that.
-    return JudgeRun(None, "", err[-2000:], 0.0, killed=f"the verifier's launcher exited {proc.returncode}")
+    return JudgeRun(None, "", err[-2000:], 0.0, killed=f"the verifier's launcher exited {code}")

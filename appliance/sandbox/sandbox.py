@@ -57,6 +57,17 @@ for ((__i = 0; __i < 300; __i++)); do  # builtins only: the pids limit may still
 done
 cd /workspace
 if [ -z "$__left" ]; then echo "kill: clean"; else echo "kill: left processes[$__left]"; fi"""
+# The same, sparing the verdict launcher: per-process kills, round after round until nothing else is left
+# (a process forked between two rounds is caught by the next; the pids limit bounds how many there are).
+KILL_ALL_BUT = r"""__spare=" 1 $$ SPARED "
+__killall() { for __d in /proc/[0-9]*; do __p=${__d#/proc/}; case "$__spare" in *" $__p "*) ;; *) kill -9 $__p 2>/dev/null;; esac; done; }
+__killall; __killall
+for ((__i = 0; __i < 300; __i++)); do
+  __left=""; for __d in /proc/[0-9]*; do __p=${__d#/proc/}; case "$__spare" in *" $__p "*) ;; *) [ -e "$__d" ] && __left="$__left $__p";; esac; done
+  [ -z "$__left" ] && break; __killall; sleep 0.01 2>/dev/null
+done
+cd /workspace
+if [ -z "$__left" ]; then echo "kill: clean"; else echo "kill: left processes[$__left]"; fi"""
 WIPE = r"""__dirs="/workspace /tmp $HOME /dev/shm /dev/mqueue"
 [ -w /workspace ] || chmod u+rwx /workspace  # the verifier's read-only workspace, emptied already
 find $__dirs -mindepth 1 -delete 2>/dev/null || { chmod -R u+rwx $__dirs 2>/dev/null; find $__dirs -mindepth 1 -delete; }
@@ -144,6 +155,9 @@ class Sandbox:
         # The sanitized archive of the last copy out, rooted at the copied tree: the host copy holds no
         # links, so a verifier judging a tree whose in-tree links matter (`ln -s`) must get it from here.
         self.copied_out: bytes | None = None
+        # Processes a scrub leaves alive besides PID 1 and the shell: the verdict launcher (sandbox/judge.py),
+        # kept from one verdict to the next (it is not dumpable: what runs here cannot reach into it).
+        self.spared: set[int] = set()
 
     @classmethod
     def start(cls, settings: Settings, workspace: Path | None = None, image: str | None = None,
@@ -340,7 +354,8 @@ class Sandbox:
         """Kill every process but PID 1 and the shell; with `wipe`, also empty every writable place, so the
         sandbox is as clean as a new one. Raise SandboxError when it cannot (then discard the sandbox).
         Only for sandboxes without a door (their PID 1 is the reaper)."""
-        r = self.shell().run(KILL_ALL + ("\n" + WIPE if wipe else ""), timeout=30)
+        kill = KILL_ALL if not self.spared else KILL_ALL_BUT.replace("SPARED", " ".join(map(str, sorted(self.spared))))
+        r = self.shell().run(kill + ("\n" + WIPE if wipe else ""), timeout=30)
         if "kill: clean" not in r.stdout or (wipe and "wipe: clean" not in r.stdout):
             raise SandboxError(f"sandbox {self.name} could not be cleaned: {(r.stdout + r.stderr).strip()[-300:]}",
                                "the sandbox is discarded; a new one is started")

@@ -183,17 +183,10 @@ class Shell:
             self._proc.wait()
         self._proc = None
 
-    def lost(self) -> None:
-        """The session was killed from inside (the verifier's launcher ends every other process of the uid):
-        reap its client, so the next `run` starts a fresh session instead of writing into a dead one."""
-        if self._proc is None:
-            return
-        try:
-            self._proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
-        self._proc = None
+    @property
+    def pid(self) -> int:
+        """The session's bash inside the sandbox (0 before the first command): its process group leader."""
+        return self._pid if self._proc is not None and self._proc.poll() is None else 0
 
     def close(self) -> None:
         if self._proc is not None and self._proc.poll() is None:

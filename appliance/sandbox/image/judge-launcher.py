@@ -6,13 +6,14 @@ executes a file it cannot read as not dumpable, so no other process of the sandb
 read or write its memory (/proc/PID/mem) or open its file descriptors (/proc/PID/fd/*). Its stdout is
 a pipe only it and the container runtime hold, so what it prints there cannot be forged from inside.
 
-It reads one JSON request on stdin ({"lang", "source", "timeout_s", "output_limit", "env"}), runs the
+It serves one sandbox: it prints its pid, then reads one JSON request per line on stdin ({"lang", "source",
+"timeout_s", "output_limit", "env", "spare"}) and for each runs the
 verifier as its child through the matching execute-only interpreter (so the verifier is not dumpable
 either: code the verifier runs cannot rewrite its exit status), with its own stdout/stderr pipes and
 fd 3 as the verifier's private score channel (Python's subprocess does not pass fd 3 on), kills
 everything else of its uid when the verifier is done, and prints one JSON verdict: the verifier's exit
 code or signal as waitpid saw it, whether it ran out of time, the score it wrote to fd 3, and the
-(bounded) output. Only the standard library; no file under /workspace is read or imported.
+(bounded) output, on one line. Only the standard library; no file under /workspace is read or imported.
 """
 import ctypes
 import json
@@ -87,6 +88,23 @@ def _read(fd, streams, limit):
     buf[1] += max(0, len(data) - max(room, 0))
 
 
+def kill_others(spare):
+    """SIGKILL every other process this uid may signal, round after round until none is left (a process
+    forked between two rounds is caught by the next; the pids limit bounds how many there can be)."""
+    for _ in range(200):
+        left = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in spare]
+        alive = 0
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                alive += 1
+            except OSError:
+                pass
+        if not alive:
+            return
+        time.sleep(0.005)
+
+
 def drain(streams, limit):
     """After everything else of this uid is dead, the pipes reach EOF; read what is left."""
     deadline = time.monotonic() + 5
@@ -96,14 +114,8 @@ def drain(streams, limit):
             _read(fd, streams, limit)
 
 
-def main():
-    req = json.loads(sys.stdin.read())
-    result = {"dumpable": dumpable()}
-    if result["dumpable"] != 0:
-        # The image lost its execute-only interpreters: refuse rather than give a verdict that can be forged.
-        result["error"] = "the judge is dumpable (is /usr/local/libexec/appliance/judge-python3 mode 0711?)"
-        print(json.dumps(result))
-        return
+def judge(req):
+    """One verifier run; the verdict as a dict."""
     limit = int(req["output_limit"])
     (out_r, out_w), (err_r, err_w), (score_r, score_w) = os.pipe(), os.pipe(), os.pipe()
     argv = INTERPRETERS[req["lang"]] + [req["source"]]
@@ -117,24 +129,35 @@ def main():
     names = {out_r: "stdout", err_r: "stderr", score_r: "score"}
     bufs = dict(streams)
     status, timed_out = collect(pid, streams, limit, started + float(req["timeout_s"]))
-    # Whatever the verifier or the code it ran left behind (a daemon holding a pipe open) dies here;
-    # kill(-1) spares this process and PID 1.
-    try:
-        os.kill(-1, signal.SIGKILL)
-    except OSError:
-        pass
+    # Whatever the verifier or the code it ran left behind (a daemon holding a pipe open) dies here, all
+    # but this process, PID 1 and the host's driving shell (`spare`: the host scrubs with it next).
+    kill_others({1, os.getpid(), *map(int, req.get("spare", []))})
     drain(streams, limit)
     for fd in list(streams):
         os.close(fd)
     text = {names[fd]: buf[0].decode(errors="replace") for fd, buf in bufs.items()}
-    result.update(
+    return dict(
         exit_code=os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
         signal=os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
         timed_out=timed_out, duration_s=round(time.monotonic() - started, 4),
         stdout=text["stdout"], stderr=text["stderr"], score_channel=text["score"][:4096],
-        dropped=bufs[out_r][1] + bufs[err_r][1])
-    sys.stdout.write(json.dumps(result))
-    sys.stdout.flush()
+        dropped=bufs[out_r][1] + bufs[err_r][1], dumpable=0)
+
+
+def main():
+    # A session: the first line says this process's pid (the host's scrubs spare it), then one JSON
+    # request per line in, one JSON verdict per line out, until stdin closes.
+    if dumpable() != 0:
+        # The image lost its execute-only interpreters: refuse rather than give a verdict that can be forged.
+        print(json.dumps({"error": "the judge is dumpable (is /usr/local/libexec/appliance/judge-python3 mode 0711?)"}))
+        return
+    out = sys.stdout
+    out.write(f"{os.getpid()}\n")
+    out.flush()
+    for line in sys.stdin:
+        if line.strip():
+            out.write(json.dumps(judge(json.loads(line))) + "\n")
+            out.flush()
 
 
 main()
