@@ -139,7 +139,7 @@ def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> Rollout
         if verdict.error:
             raise _Infra(f"verifier: {verdict.error}")
         if verdict.passed:
-            outcome, reward, reason = Outcome.SUCCESS, float(verdict.score if verdict.score is not None else 1.0), None
+            outcome, reward, reason = Outcome.SUCCESS, 1.0, None
         elif episode.end_reason in TRUNCATING:
             outcome, reason = Outcome.TRUNCATED, TRUNCATING[episode.end_reason].reason(f"after {turns} turns")
         else:
@@ -148,7 +148,7 @@ def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> Rollout
             if verdict.timed_out:  # validation showed the verifier finishes; what the agent left made it hang
                 mode = FailureMode.VERIFIER_TIMEOUT
             outcome, reason = Outcome.FAILURE, mode.reason("verifier failed")
-        if not verdict.passed and verdict.score:
+        if not verdict.passed and verdict.score:  # partial credit, capped below a pass (tasks.verify)
             reward = float(verdict.score)
         if tampered:
             reason = f"{reason or 'success'}; tampered with {', '.join(tampered)}"
@@ -156,6 +156,14 @@ def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> Rollout
         reason = FailureMode.INFRA.reason(str(e))
     except ApplianceError as e:  # sandbox, engine or set-up failures are the machine's, not the policy's
         reason = FailureMode.INFRA.reason(f"{type(e).__name__}: {e.message}")
+    except Exception as e:  # noqa: BLE001
+        if episode is None:
+            raise
+        # After the episode only the workspace the agent left is being handled (copy-out, unpack, archive,
+        # verifier): whatever it provokes there is the agent's failure, never a crash of the phase.
+        outcome, reward = Outcome.FAILURE, 0.0
+        reason = FailureMode.WRONG_ANSWER.reason(f"the workspace it left could not be judged: {type(e).__name__}: {e}"[:400])
+        tampered.append(f"workspace ({type(e).__name__})")
     finally:
         shutil.rmtree(workspace, ignore_errors=True)
     if outcome == Outcome.INFRA_ERROR and practice.stopping.is_set():

@@ -92,8 +92,12 @@ class Proxy:
 
     # --- admission ------------------------------------------------------------------------------
     def rollout_of(self, request: Request) -> Rollout:
-        rollout = self.store.rollout_by_route(hash_token(request.path_params["token"]))
+        route = hash_token(request.path_params["token"])
+        rollout = self.store.rollout_by_route(route)
         if rollout is None:
+            if self.store.route_retired(route):
+                raise Refusal(410, "this route was retired (its rollout was requeued or given a new route)",
+                              "invalid_request_error")
             raise Refusal(401, "unknown route token", "authentication_error")
         if rollout.status == RolloutStatus.FINISHED:
             raise Refusal(410, f"rollout {rollout.id} is finished; its route is closed", "invalid_request_error")

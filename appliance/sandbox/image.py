@@ -21,7 +21,7 @@ from appliance.errors import SetupError
 from appliance.sandbox.podman import podman, podman_env, write_podman_config
 
 RECIPE_DIR = Path(__file__).parent / "image"
-RECIPE_FILES = ("Containerfile", "packages", "door-relay.py")
+RECIPE_FILES = ("Containerfile", "packages", "door-relay.py", "judge-launcher.py")
 SUITE = "bookworm"
 APT_DIR = Path("/etc/apt")
 # Docs, man pages and translations are dead weight in a sandbox (and ~30% of the rootfs).

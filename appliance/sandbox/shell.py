@@ -183,6 +183,18 @@ class Shell:
             self._proc.wait()
         self._proc = None
 
+    def lost(self) -> None:
+        """The session was killed from inside (the verifier's launcher ends every other process of the uid):
+        reap its client, so the next `run` starts a fresh session instead of writing into a dead one."""
+        if self._proc is None:
+            return
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._proc = None
+
     def close(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             try:

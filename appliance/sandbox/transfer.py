@@ -44,10 +44,18 @@ def _outside(path: str) -> bool:
     return path.startswith("/") or ".." in PurePosixPath(os.path.normpath(path)).parts
 
 
+# Longer paths cannot be recreated under a host or sandbox directory (PATH_MAX is 4096 bytes with the
+# directory in front); a tree that deep is what an agent leaves to break the copy, never a task's files.
+MAX_PATH_BYTES = 3072
+
+
 def _refusal(member: tarfile.TarInfo, name: str) -> str | None:
     """Why the 'data' filter's rules refuse a member from the untrusted side, or None."""
     if ".." in PurePosixPath(member.name).parts:
         return "path outside the tree"
+    if len(name.encode(errors="surrogateescape")) > MAX_PATH_BYTES or any(
+            len(p.encode(errors="surrogateescape")) > 255 for p in PurePosixPath(name).parts):
+        return "path too long"
     if member.isdev() or member.isfifo():
         return _KINDS.get(member.type, "special file")
     if member.issym() and _outside(os.path.join(os.path.dirname(name), member.linkname)):
@@ -208,6 +216,22 @@ def reroot(data: bytes, top: str) -> bytes:
                     continue
                 clean.linkname = _norm(m.linkname)[len(top) + 1:]
             dst.addfile(clean, src.extractfile(m) if m.isreg() else None)
+    return _closed(dst, out)
+
+
+def replace_members(data: bytes, contents: Mapping[str, bytes]) -> bytes:
+    """The archive with the data of the regular files named in `contents` replaced (modes and times kept)."""
+    out = io.BytesIO()
+    dst = tarfile.open(fileobj=out, mode="w")
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as src:
+        for m in src:
+            name = _norm(m.name)
+            if name in contents and m.isreg():
+                clean = copy.copy(m)
+                clean.size = len(contents[name])
+                dst.addfile(clean, io.BytesIO(contents[name]))
+            else:
+                dst.addfile(m, src.extractfile(m) if m.isreg() else None)
     return _closed(dst, out)
 
 

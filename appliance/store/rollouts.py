@@ -56,11 +56,22 @@ class RolloutRecords(Database):
         return records.rollout(row) if row else None
 
     def set_rollout_route(self, rollout_id: str, route_hash: str) -> None:
-        """Give a rollout its proxy route (the hash of its secret token); replaces an earlier one."""
+        """Give a rollout its proxy route (the hash of its secret token); an earlier one is retired."""
         with self.write() as c:
+            self._retire_route(c, rollout_id)
             cur = c.execute("UPDATE rollouts SET route_hash = ? WHERE id = ?", (route_hash, rollout_id))
             if cur.rowcount == 0:
                 raise NotFoundError(f"no rollout {rollout_id!r}", "add the rollout before registering its route")
+
+    def route_retired(self, route_hash: str) -> bool:
+        """Whether this route once belonged to a rollout and was retired (requeued, or given a new route)."""
+        return self.one("SELECT 1 FROM retired_routes WHERE route_hash = ?", route_hash) is not None
+
+    @staticmethod
+    def _retire_route(c: sqlite3.Connection, rollout_id: str) -> None:
+        c.execute("INSERT OR IGNORE INTO retired_routes (route_hash, rollout_id, retired_at) "
+                  "SELECT route_hash, id, ? FROM rollouts WHERE id = ? AND route_hash IS NOT NULL", (now(), rollout_id))
+        c.execute("UPDATE rollouts SET route_hash = NULL WHERE id = ?", (rollout_id,))
 
     def rollouts(self, run_id: str | None = None, *, iteration: int | None = None, group_id: str | None = None,
                  purpose: str | None = None, status: RolloutStatus | None = None) -> list[Rollout]:
@@ -78,6 +89,7 @@ class RolloutRecords(Database):
             self._check_rollout(c, rollout_id, RolloutStatus.PENDING)
             c.execute("DELETE FROM model_calls WHERE rollout_id = ?", (rollout_id,))
             c.execute("DELETE FROM samples WHERE rollout_id = ?", (rollout_id,))
+            self._retire_route(c, rollout_id)  # a call still in flight must not land on the re-run
             c.execute("UPDATE rollouts SET status = ?, started_at = NULL, turns = 0 WHERE id = ?",
                       (RolloutStatus.PENDING, rollout_id))
 

@@ -195,3 +195,15 @@ def m008_task_iteration(db: sqlite_utils.Database) -> None:
         CREATE INDEX tasks_by_iteration ON tasks (run_id, iteration, status);
         """
     )
+
+
+@migrations()
+def m009_retired_routes(db: sqlite_utils.Database) -> None:
+    # A rollout that is requeued (or given a new route) retires its old token: a call still in flight from
+    # the interrupted attempt must not land on the re-run. Only the token's hash is kept, as for live routes.
+    db.executescript(
+        """
+        CREATE TABLE retired_routes (
+            route_hash TEXT PRIMARY KEY, rollout_id TEXT NOT NULL, retired_at REAL NOT NULL);
+        """
+    )

@@ -44,12 +44,16 @@ def test_a_sound_user_task_passes_every_stage(sandbox_settings: Settings) -> Non
 @pytest.mark.parametrize("change, reason", [
     ({"solution": "echo wrong > a.txt\n"}, v.REFERENCE_FAILS),
     ({"verify": "exit 0\n"}, v.UNTOUCHED_PASSES),
-    ({"verify": 'test "$(cat a.txt)" = hi || exit 1\necho "SCORE=0.$RANDOM$RANDOM"\n'}, v.NONDETERMINISTIC),
+    ({"verify": 'test "$(cat a.txt)" = hi || exit 1\necho "SCORE=0.$RANDOM$RANDOM" >&3\n'}, v.NONDETERMINISTIC),
     ({"setup": "python3 -c \"import urllib.request; urllib.request.urlopen('http://example.com', timeout=5)\"\n"},
      v.NEEDS_NETWORK),
     ({"solution": "sleep 30; echo hi > a.txt\n", "limits": v.TaskSpec.__dataclass_fields__["limits"].default_factory()},
      v.OVER_LIMIT),
-    ({"verify": "import sys\nsys.exit(open('a.txt').read() != 'hi\\n')\n", "verify_lang": "python"}, v.VERIFIER_CRASHED),
+    ({"verify": "import sys\nsys.exit(open('a.txt').read() != 'hi\\n'\n", "verify_lang": "python"}, v.VERIFIER_CRASHED),
+    # pays for doing nothing: SCORE=1 and exit 1 untouched, SCORE=0 and exit 0 after the reference
+    ({"verify": 'if test -f a.txt; then echo SCORE=0 >&3; exit 0; else echo SCORE=1 >&3; exit 1; fi\n'},
+     v.UNTOUCHED_SCORES),
+    ({"files": {"big.bin": "x" * (65 << 20)}}, v.TOO_LARGE),
 ])
 def test_each_rejection_reason(sandbox_settings: Settings, change: dict, reason: str) -> None:
     spec = custom(**change)
@@ -57,6 +61,13 @@ def test_each_rejection_reason(sandbox_settings: Settings, change: dict, reason:
         spec.limits.timeout_s = 2
     result = validate_agent_free(sandbox_settings, spec)
     assert not result.ok and reason in (result.reason or ""), result.reason
+
+
+def test_a_verifier_that_fails_by_assert_or_exception_is_a_plain_failure(sandbox_settings: Settings) -> None:
+    # the pytest habit: on the untouched workspace the assert (or the missing file) raises; that is "fail"
+    by_assert = custom(verify="assert open('a.txt').read() == 'hi\\n', 'a.txt should say hi'\n", verify_lang="python")
+    result = validate_agent_free(sandbox_settings, by_assert)
+    assert result.ok, result.reason
 
 
 def test_leftovers_of_one_stage_do_not_reach_the_next(sandbox_settings: Settings) -> None:

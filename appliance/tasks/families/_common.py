@@ -71,7 +71,12 @@ def done():
     for c, what in _checks:
         if not c:
             print("FAIL:", what)
-    print(f"SCORE={ok / max(len(_checks), 1):.3f}")
+    score = f"SCORE={ok / max(len(_checks), 1):.3f}"
+    print(score)
+    try:
+        os.write(3, (score + "\n").encode())  # the verdict channel's private score descriptor
+    except OSError:
+        pass
     sys.exit(0 if _checks and ok == len(_checks) else 1)
 '''
 

@@ -1,0 +1,140 @@
+"""The verifier's launcher inside a sandbox: the only process whose words the host takes as a verdict.
+
+Started by the host as the top process of a fresh `podman exec` through an execute-only copy of the
+interpreter (/usr/local/libexec/appliance/judge-python3, mode 0711): the kernel marks a process that
+executes a file it cannot read as not dumpable, so no other process of the sandbox's uid may ptrace it,
+read or write its memory (/proc/PID/mem) or open its file descriptors (/proc/PID/fd/*). Its stdout is
+a pipe only it and the container runtime hold, so what it prints there cannot be forged from inside.
+
+It reads one JSON request on stdin ({"lang", "source", "timeout_s", "output_limit", "env"}), runs the
+verifier as its child through the matching execute-only interpreter (so the verifier is not dumpable
+either: code the verifier runs cannot rewrite its exit status), with its own stdout/stderr pipes and
+fd 3 as the verifier's private score channel (Python's subprocess does not pass fd 3 on), kills
+everything else of its uid when the verifier is done, and prints one JSON verdict: the verifier's exit
+code or signal as waitpid saw it, whether it ran out of time, the score it wrote to fd 3, and the
+(bounded) output. Only the standard library; no file under /workspace is read or imported.
+"""
+import ctypes
+import json
+import os
+import select
+import signal
+import sys
+import time
+
+LIBEXEC = "/usr/local/libexec/appliance"
+INTERPRETERS = {"python": [f"{LIBEXEC}/judge-python3", "-I", "-c"],
+                "bash": [f"{LIBEXEC}/judge-bash", "--noprofile", "--norc", "-c"]}
+PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
+
+
+def dumpable():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # belt and braces: the execute-only binary did it already
+    return libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0)
+
+
+def child(argv, env, out_w, err_w, score_w):
+    try:
+        os.setsid()
+        null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        os.dup2(score_w, 3)
+        os.closerange(4, 1 << 16)
+        os.chdir("/workspace")
+        os.execve(argv[0], argv, env)
+    except BaseException as e:  # noqa: BLE001 - the child must never return into the launcher
+        os.write(2, f"judge: cannot start the verifier: {e}\n".encode())
+    os._exit(127)
+
+
+def collect(pid, streams, limit, deadline):
+    """Read the pipes until the verifier exits (or the deadline); returns (status, timed_out)."""
+    status, timed_out = None, False
+    while status is None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            status = os.waitpid(pid, 0)[1]
+            break
+        ready, _, _ = select.select(list(streams), [], [], min(left, 0.05))
+        for fd in ready:
+            _read(fd, streams, limit)
+        done, st = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = st
+    return status, timed_out
+
+
+def _read(fd, streams, limit):
+    try:
+        data = os.read(fd, 1 << 16)
+    except OSError:
+        data = b""
+    if not data:
+        streams.pop(fd)
+        os.close(fd)
+        return
+    buf = streams[fd]
+    room = limit - len(buf[0])
+    buf[0] += data[:max(room, 0)]
+    buf[1] += max(0, len(data) - max(room, 0))
+
+
+def drain(streams, limit):
+    """After everything else of this uid is dead, the pipes reach EOF; read what is left."""
+    deadline = time.monotonic() + 5
+    while streams and time.monotonic() < deadline:
+        ready, _, _ = select.select(list(streams), [], [], 0.1)
+        for fd in ready:
+            _read(fd, streams, limit)
+
+
+def main():
+    req = json.loads(sys.stdin.read())
+    result = {"dumpable": dumpable()}
+    if result["dumpable"] != 0:
+        # The image lost its execute-only interpreters: refuse rather than give a verdict that can be forged.
+        result["error"] = "the judge is dumpable (is /usr/local/libexec/appliance/judge-python3 mode 0711?)"
+        print(json.dumps(result))
+        return
+    limit = int(req["output_limit"])
+    (out_r, out_w), (err_r, err_w), (score_r, score_w) = os.pipe(), os.pipe(), os.pipe()
+    argv = INTERPRETERS[req["lang"]] + [req["source"]]
+    started = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        child(argv, req["env"], out_w, err_w, score_w)
+    for fd in (out_w, err_w, score_w):
+        os.close(fd)
+    streams = {out_r: [b"", 0], err_r: [b"", 0], score_r: [b"", 0]}
+    names = {out_r: "stdout", err_r: "stderr", score_r: "score"}
+    bufs = dict(streams)
+    status, timed_out = collect(pid, streams, limit, started + float(req["timeout_s"]))
+    # Whatever the verifier or the code it ran left behind (a daemon holding a pipe open) dies here;
+    # kill(-1) spares this process and PID 1.
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except OSError:
+        pass
+    drain(streams, limit)
+    for fd in list(streams):
+        os.close(fd)
+    text = {names[fd]: buf[0].decode(errors="replace") for fd, buf in bufs.items()}
+    result.update(
+        exit_code=os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+        signal=os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+        timed_out=timed_out, duration_s=round(time.monotonic() - started, 4),
+        stdout=text["stdout"], stderr=text["stderr"], score_channel=text["score"][:4096],
+        dropped=bufs[out_r][1] + bufs[err_r][1])
+    sys.stdout.write(json.dumps(result))
+    sys.stdout.flush()
+
+
+main()
