@@ -94,8 +94,7 @@ class AnthropicDialect:
             return JSONResponse(message)
         except Refusal as r:
             if r.record and rollout_id is not None:
-                await self.proxy.record(self.proxy.call_row(rollout_id, body or {}, started, status="error",
-                                                            error=r.message))
+                r = await self.proxy.refusal_row(r, rollout_id, body, started)
             return JSONResponse(anthropic_error(r.status, r.message), r.status, headers=r.headers)
         finally:
             if slot and rollout_id is not None:

@@ -172,12 +172,12 @@ class Proxy:
                 async with self.client.post(ENGINE_PATHS[kind], json=sent) as r:
                     status, raw = r.status, await r.read()
             except ENGINE_ERRORS as e:
-                await self.record(self.call_row(rollout_id, sent, started, status="error",
+                await self.commit(self.call_row(rollout_id, sent, started, status="error",
                                                 error=f"engine unreachable: {e!r}"))
                 raise Refusal(502, f"the engine failed: {e!r}", "engine_error") from None
             if status != 200:
                 text = raw.decode(errors="replace")
-                await self.record(self.call_row(rollout_id, sent, started, status="error",
+                await self.commit(self.call_row(rollout_id, sent, started, status="error",
                                                 error=f"engine answered {status}: {text[:2000]}"))
                 raise _engine_refusal(status, text)
             data: Any = None
@@ -204,6 +204,15 @@ class Proxy:
                                         response=data if isinstance(data, dict) else None))
         raise Refusal(502, message, "engine_error")
 
+    async def refusal_row(self, r: Refusal, rollout_id: str, body: dict[str, Any] | None, started: float) -> Refusal:
+        """The error row of a call refused before the engine; if the store refuses it, the answer says so."""
+        try:
+            await self.record(self.call_row(rollout_id, body or {}, started, status="error", error=r.message))
+        except Exception as e:  # noqa: BLE001 - nothing reached the engine: the refusal stands, and says this
+            return Refusal(r.status, f"{r.message} (and the proxy could not record the refusal: {type(e).__name__}: "
+                           f"{e})", r.kind, r.headers)
+        return r
+
     async def commit(self, call: ModelCall) -> None:
         """Record, or say clearly that the call is lost (the store refused the row: disk full, locked too long)."""
         try:
@@ -220,13 +229,13 @@ class Proxy:
             upstream = await self.client.post(ENGINE_PATHS[kind], json=sent)
         except ENGINE_ERRORS as e:
             self.leave()
-            await self.record(self.call_row(rollout_id, sent, started, status="error", error=f"engine unreachable: {e!r}"))
+            await self.commit(self.call_row(rollout_id, sent, started, status="error", error=f"engine unreachable: {e!r}"))
             raise Refusal(502, f"the engine failed: {e!r}", "engine_error") from None
         if upstream.status != 200:
             text = (await upstream.read()).decode(errors="replace")
             upstream.release()
             self.leave()
-            await self.record(self.call_row(rollout_id, sent, started, status="error",
+            await self.commit(self.call_row(rollout_id, sent, started, status="error",
                                             error=f"engine answered {upstream.status}: {text[:2000]}"))
             raise _engine_refusal(upstream.status, text)
         return StreamingResponse(self._relay(rollout_id, kind, body, sent, started, upstream),
@@ -307,7 +316,7 @@ class Proxy:
             return JSONResponse(await self.complete(rollout_id, kind, body, sent))
         except Refusal as r:
             if r.record and rollout_id is not None:
-                await self.record(self.call_row(rollout_id, body or {}, started, status="error", error=r.message))
+                r = await self.refusal_row(r, rollout_id, body, started)
             return JSONResponse(openai_error(r.status, r.message, r.kind), r.status, headers=r.headers)
         finally:
             if slot and rollout_id is not None:

@@ -185,6 +185,9 @@ def test_a_failing_store_is_a_clear_500_not_a_lost_call(setup: Setup, monkeypatc
     monkeypatch.setattr(setup.store, "add_model_call", refuse)
     r = post(setup, "chat/completions", {"model": "x", "messages": MESSAGES})
     assert r.status_code == 500 and "could not record this call" in r.json()["error"]["message"]
+    r = post(setup, "chat/completions", {"model": "x", "messages": MESSAGES, "n": 2})  # refused, not reached
+    assert r.status_code == 400 and "could not record the refusal" in r.json()["error"]["message"]
+    assert len(setup.engine.seen) == 1
 
 
 def chunked_upload(url: str, total: int, block: bytes) -> tuple[int | None, int]:
