@@ -1,6 +1,7 @@
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,92 @@ def test_backup_copies_the_store_and_explains_a_bad_destination(tmp_path: Path) 
     r = CliRunner().invoke(main, ["backup", str(tmp_path / "home" / "appliance.db")],
                            env={"APPLIANCE_HOME": str(tmp_path / "home")})
     assert r.exit_code != 0 and "onto itself" in r.output
+
+
+# --- stored and task-provided text reaches a real terminal inert ----------------------------------
+
+def in_pty(args: list[str], home: Path, patch=None) -> str:
+    """Run the CLI in a forked child whose stdout and stderr are a real pty (so click styles, as on an
+    operator's terminal); everything the terminal received."""
+    import pty
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: never return into pytest
+        code = 1
+        try:
+            # pytest's capture replaced the streams; the child writes to the pty itself
+            sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)  # noqa: SIM115
+            os.environ["APPLIANCE_HOME"] = str(home)
+            if patch is not None:
+                patch()
+            main(args, standalone_mode=False)
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        except BaseException:  # noqa: BLE001 - the parent reads the traceback from the pty
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    out = b""
+    while True:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:  # EIO: the child closed the pty
+            break
+        if not data:
+            break
+        out += data
+    os.waitpid(pid, 0)
+    os.close(fd)
+    return out.decode(errors="replace")
+
+
+def fake_validation() -> None:
+    """`tasks validate` without sandboxes: the task author's setup output comes back in a failed stage."""
+    import appliance.tasks as tasks_pkg
+    from appliance.tasks.validate import Stage, Validation
+    from hostile import HOSTILE
+
+    tasks_pkg.load_task = lambda path: None
+    stages = [Stage(f"setup {HOSTILE}", False, f"setup printed:\n{HOSTILE}\n", 0.1)]
+    tasks_pkg.validate_agent_free = lambda settings, spec: Validation(False, stages, f"setup failed: {HOSTILE}")
+
+
+def hostile_decoder_patch() -> None:
+    import appliance.cli.debug as debug
+    from hostile import hostile_decoder
+
+    debug._decoder = lambda settings: lambda ids: "".join(hostile_decoder(ids))
+
+
+@pytest.mark.parametrize(("args", "patch"), [
+    (["tasks", "show", "files-1-0"], None),
+    (["tasks", "list"], None),
+    (["tasks", "validate", "anything"], fake_validation),
+    (["rollout", "show", "r-hostile-0"], hostile_decoder_patch),
+    (["calls", "r-hostile-0"], None),
+    (["report", "--run", "hostile"], None),
+    (["status"], None),
+    (["tasks", "show", "files-1-0", "--json"], None),
+    (["calls", "r-hostile-0", "--json"], None),
+])
+def test_no_escape_from_stored_text_reaches_the_terminal(args: list[str], patch, tmp_path: Path) -> None:
+    from appliance.config import load_settings
+    from appliance.store import Store
+    from hostile import raw_controls, seed_hostile
+
+    home = tmp_path / "home"
+    store = Store(load_settings(environ={"APPLIANCE_HOME": str(home)}).db_path)
+    seed_hostile(store)
+    store.close()
+    out = in_pty(args, home, patch)
+    assert "Traceback" not in out, out
+    assert raw_controls(out) == [], out
+    if "--json" not in args and args[0] != "status":
+        assert "\\x1b]52;c;" in out or "\\x1b]0;" in out, out  # shown, not dropped silently
+    if args[0] != "status":
+        assert "[1 a=b:c]" in out or "hostile" in out

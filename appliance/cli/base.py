@@ -2,6 +2,12 @@
 
 User mistakes (an `ApplianceError`) print the message and a hint to stderr and exit 1; `--json` gives
 machine-readable output (`emit`). A command opens the store with `open_store` so that it is closed again.
+
+Text from the store or from a task (an agent's observations and file names, a task author's setup
+output, reasons, errors) is the agent's or the author's, not ours: `echo` prints it through `inert`, so
+an escape sequence in it (a clipboard write, a title, a hyperlink, a screen clear) shows as text instead
+of reaching the operator's terminal. Styled output styles inert text (`click.style(inert(x), ...)`).
+JSON output needs nothing: `json.dumps` escapes every control character.
 """
 
 from __future__ import annotations
@@ -23,15 +29,31 @@ if TYPE_CHECKING:
     from appliance.store import Store
 
 
+# C0 controls but newline and tab, DEL, C1 controls (CSI is U+009B) and the bidirectional overrides that
+# make text read differently from what it is: each shown as its escape (`\x1b`, `\u202e`)
+_CONTROLS = [c for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if chr(c) not in "\n\t"]
+_INERT = {c: f"\\x{c:02x}" for c in _CONTROLS} | {c: f"\\u{c:04x}" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+
+
+def inert(text: object) -> str:
+    """`text` as it may reach a terminal: control characters made visible, newline and tab kept."""
+    return str(text).translate(_INERT)
+
+
+def echo(text: object = "", *, err: bool = False, nl: bool = True) -> None:
+    """click.echo for text that is not ours (see the module docstring)."""
+    click.echo(inert(text), err=err, nl=nl)
+
+
 def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except ApplianceError as e:
-            click.secho(f"error: {e.message}", fg="red", err=True)
+            click.secho(f"error: {inert(e.message)}", fg="red", err=True)
             if e.hint:
-                click.echo(f"  hint: {e.hint}", err=True)
+                echo(f"  hint: {e.hint}", err=True)
             sys.exit(1)
 
     return wrapper

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from appliance.cli.base import emit, friendly_errors, main, open_store, settings_of
+from appliance.cli.base import echo, emit, friendly_errors, inert, main, open_store, settings_of
 from appliance.config import Settings
 
 
@@ -39,7 +39,7 @@ def rollout(ctx: click.Context, task_path: Path | None, harness: str, as_json: b
 
         harness_settings(settings, harness)  # an unknown name fails before the engine starts
     with open_store(settings) as store:
-        with services(settings, store, log=lambda m: click.echo(m, err=True)) as svc:
+        with services(settings, store, log=lambda m: echo(m, err=True)) as svc:
             r = new_rollout(store, harness=harness, policy_version=svc.engine.policy_version, purpose="debug")
             result = run_rollout(svc.practice, spec, r)
         calls = store.model_calls(r.id)
@@ -54,12 +54,12 @@ def rollout(ctx: click.Context, task_path: Path | None, harness: str, as_json: b
     }
 
     def human(d: dict[str, Any]) -> None:
-        click.echo(f"rollout {d['rollout_id']}: {d['outcome']} (reward {d['reward']}) after {d['turns']} turns")
+        echo(f"rollout {d['rollout_id']}: {d['outcome']} (reward {d['reward']}) after {d['turns']} turns")
         if d["error"]:
-            click.echo(f"  reason: {d['error']}")
-        click.echo(f"  calls {d['calls']}, samples {d['samples']}, sampled tokens {d['sampled_tokens']}, "
-                   f"re-tokenized tokens {d['retokenized_tokens']}, divergences {len(d['divergences'])}")
-        click.echo(f"  `appliance rollout show {d['rollout_id']}` prints the trajectory")
+            echo(f"  reason: {d['error']}")
+        echo(f"  calls {d['calls']}, samples {d['samples']}, sampled tokens {d['sampled_tokens']}, "
+             f"re-tokenized tokens {d['retokenized_tokens']}, divergences {len(d['divergences'])}")
+        echo(f"  `appliance rollout show {d['rollout_id']}` prints the trajectory")
 
     emit(data, as_json, human)
 
@@ -80,17 +80,18 @@ def rollout_show(ctx: click.Context, rollout_id: str, as_json: bool) -> None:
 
     def human(v: dict[str, Any]) -> None:
         r = v["rollout"]
-        click.echo(f"rollout {r['id']} task {r['task']} harness {r['harness']}: {r['outcome']} reward {r['reward']}")
+        echo(f"rollout {r['id']} task {r['task']} harness {r['harness']}: {r['outcome']} reward {r['reward']}")
         for c in v["calls"]:
-            click.echo(f"  call {c['seq']}: {c['status']} prompt {c['prompt_tokens']} + completion "
-                       f"{c['completion_tokens']} tokens, {c['latency_s']} s")
+            echo(f"  call {c['seq']}: {c['status']} prompt {c['prompt_tokens']} + completion "
+                 f"{c['completion_tokens']} tokens, {c['latency_s']} s")
         for s in v["samples"]:
             click.echo(click.style(f"--- sample (branch {s['branch']}): {s['tokens']} tokens, {s['sampled']} sampled",
                                    bold=True))
             for seg in s["segments"]:
-                click.echo(click.style(seg["text"], fg="green") if seg["sampled"] else click.style(seg["text"], dim=True),
+                text = inert(seg["text"])
+                click.echo(click.style(text, fg="green") if seg["sampled"] else click.style(text, dim=True),
                            nl=False)
-            click.echo()
+            echo()
 
     emit(view, as_json, human)
 
@@ -129,10 +130,10 @@ def sandbox_exec(ctx: click.Context, as_json: bool, workspace: Path | None, time
     with Sandbox.start(settings_of(ctx), workspace=workspace) as sb:
         result = sb.exec(cmd[0] if len(cmd) == 1 else list(cmd), timeout=timeout)
     if as_json:
-        click.echo(json.dumps(result.as_dict(), indent=2))
+        echo(json.dumps(result.as_dict(), indent=2))
     else:
-        click.echo(result.stdout, nl=False)
-        click.echo(result.stderr, nl=False, err=True)
+        echo(result.stdout, nl=False)
+        echo(result.stderr, nl=False, err=True)
         if result.timed_out:
             click.secho(f"killed after the time limit ({result.duration_s:.1f} s)", fg="red", err=True)
     sys.exit(result.exit_code)
@@ -145,7 +146,7 @@ def sandbox_sweep(ctx: click.Context) -> None:
     """Remove every appliance sandbox container (leftovers of a killed run)."""
     from appliance.sandbox import sweep
 
-    click.echo(f"removed {sweep(settings_of(ctx))} sandbox(es)")
+    echo(f"removed {sweep(settings_of(ctx))} sandbox(es)")
 
 
 @main.command()
@@ -167,14 +168,14 @@ def serve(ctx: click.Context, port: int | None) -> None:
     settings = settings_of(ctx)
     with open_store(settings) as store:
         try:
-            with engine_and_proxy(settings, store, log=lambda m: click.echo(m, err=True), port=port) as running:
+            with engine_and_proxy(settings, store, log=lambda m: echo(m, err=True), port=port) as running:
                 engine, server = running
                 route = open_debug_route(store, server.url, engine.policy_version)
-                click.echo(f"rollout:            {route.rollout_id}  (policy version {engine.policy_version})")
-                click.echo(f"OpenAI base URL:    {route.openai_base_url}")
-                click.echo(f"Anthropic base URL: {route.anthropic_base_url}")
-                click.echo(f"recorded calls:     appliance calls {route.rollout_id} --json")
-                click.echo("Ctrl-C stops engine and proxy.", err=True)
+                echo(f"rollout:            {route.rollout_id}  (policy version {engine.policy_version})")
+                echo(f"OpenAI base URL:    {route.openai_base_url}")
+                echo(f"Anthropic base URL: {route.anthropic_base_url}")
+                echo(f"recorded calls:     appliance calls {route.rollout_id} --json")
+                echo("Ctrl-C stops engine and proxy.", err=True)
                 threading.Event().wait()
         except KeyboardInterrupt:
             pass
@@ -196,10 +197,10 @@ def calls(ctx: click.Context, rollout_id: str, as_json: bool) -> None:
 
     def human(rows: list[dict[str, Any]]) -> None:
         for r in rows:
-            click.echo(f"#{r['seq']} {r['status']:5} v{r['policy_version']} prompt {r['prompt_len']} tok, "
-                       f"completion {r['completion_len']} tok, {r['latency_s'] * 1000:.0f} ms"
-                       + (f"  {r['error']}" if r["error"] else ""))
+            echo(f"#{r['seq']} {r['status']:5} v{r['policy_version']} prompt {r['prompt_len']} tok, "
+                 f"completion {r['completion_len']} tok, {r['latency_s'] * 1000:.0f} ms"
+                 + (f"  {r['error']}" if r["error"] else ""))
         if not rows:
-            click.echo("no calls recorded yet")
+            echo("no calls recorded yet")
 
     emit(rows, as_json, human)

@@ -9,14 +9,14 @@ from typing import Any
 import click
 
 from appliance import __version__
-from appliance.cli.base import emit, friendly_errors, main, open_store, settings_of
+from appliance.cli.base import echo, emit, friendly_errors, inert, main, open_store, settings_of
 from appliance.config import describe_fields
 
 
 @main.command()
 def version() -> None:
     """Print the appliance version."""
-    click.echo(__version__)
+    echo(__version__)
 
 
 @main.command("config")
@@ -27,14 +27,14 @@ def config_cmd(ctx: click.Context, as_json: bool) -> None:
     """Print every setting: key, effective value, help text."""
     settings = settings_of(ctx)
     if as_json:
-        click.echo(settings.model_dump_json(indent=2))
+        echo(settings.model_dump_json(indent=2))
         return
     effective = settings.model_dump()
     for key, _default, help_text in describe_fields():
         value: Any = effective
         for part in key.split("."):
             value = value[part]
-        click.echo(f"{key} = {value!r}\n    {help_text}")
+        echo(f"{key} = {value!r}\n    {help_text}")
 
 
 @main.command()
@@ -48,7 +48,7 @@ def init(ctx: click.Context, skip_model: bool, skip_image: bool, skip_harnesses:
     from appliance.setup import initialise
 
     initialise(settings_of(ctx), model=not skip_model, image=not skip_image, harnesses=not skip_harnesses,
-               log=lambda m: click.echo(m, err=True))
+               log=lambda m: echo(m, err=True))
 
 
 @main.command()
@@ -67,10 +67,10 @@ def doctor(ctx: click.Context, as_json: bool, no_gpu: bool) -> None:
         for c in checks:
             mark = click.style("ok  ", fg="green") if c.ok else click.style(
                 "FAIL" if c.required else "warn", fg="red" if c.required else "yellow")
-            click.echo(f"{mark} {c.name}: {c.detail}")
+            click.echo(f"{mark} {inert(c.name)}: {inert(c.detail)}")
             if not c.ok and c.hint:
-                click.echo(f"       fix: {c.hint}")
-        click.echo("ready" if ok else "not ready")
+                echo(f"       fix: {c.hint}")
+        echo("ready" if ok else "not ready")
 
     emit({"ok": ok, "checks": [c.as_dict() for c in checks]}, as_json, human)
     sys.exit(0 if ok else 1)
@@ -108,7 +108,7 @@ def backup(ctx: click.Context, dest: Path) -> None:
     """Copy the store to DEST consistently, while the appliance runs (checkpoints are plain files)."""
     with open_store(settings_of(ctx)) as store:
         store.backup(dest)
-    click.echo(f"store backed up to {dest}")
+    echo(f"store backed up to {dest}")
 
 
 @main.command()
@@ -123,13 +123,13 @@ def status(ctx: click.Context, as_json: bool) -> None:
 
     def human(d: dict[str, Any]) -> None:
         run = d["run"]
-        click.echo(f"store: {d['store']}")
-        click.echo(f"run: {run['id']} ({run['status']})" if run else "run: none yet (start one with `appliance run`)")
+        echo(f"store: {d['store']}")
+        echo(f"run: {run['id']} ({run['status']})" if run else "run: none yet (start one with `appliance run`)")
         for it in d["iterations"]:
-            click.echo(f"  iteration {it['index']}: {it['phase']} {it['status']}")
-        click.echo(f"engine: {d['engine']['state']} (policy version {d['engine']['policy_version']})")
-        click.echo(d["model"]["line"])
-        click.echo("rows: " + ", ".join(f"{k} {v}" for k, v in d["counts"].items()))
+            echo(f"  iteration {it['index']}: {it['phase']} {it['status']}")
+        echo(f"engine: {d['engine']['state']} (policy version {d['engine']['policy_version']})")
+        echo(d["model"]["line"])
+        echo("rows: " + ", ".join(f"{k} {v}" for k, v in d["counts"].items()))
 
     emit(data, as_json, human)
 
@@ -151,11 +151,11 @@ def model_show(ctx: click.Context, as_json: bool) -> None:
         data = show(store)
 
     def human(d: dict[str, Any]) -> None:
-        click.echo(d["line"])
+        echo(d["line"])
         for lin in d["lineages"]:
-            click.echo(f"lineage {lin['id']}: {lin['base_name']} at {lin['base_path']} ({lin['reason']})")
+            echo(f"lineage {lin['id']}: {lin['base_name']} at {lin['base_path']} ({lin['reason']})")
             for v in lin["versions"]:
-                click.echo(f"  {'base' if v['version'] == 0 else 'v' + str(v['version'])}: {v['made_by']}")
+                echo(f"  {'base' if v['version'] == 0 else 'v' + str(v['version'])}: {v['made_by']}")
 
     emit(data, as_json, human)
 
@@ -173,7 +173,7 @@ def model_use(ctx: click.Context, path: Path | None) -> None:
 
     with open_store(settings_of(ctx)) as store:
         lin = use_model(settings_of(ctx), store, path)
-    click.echo(f"lineage {lin['id']}: {lin['base_name']} at {lin['base_path']}; the next start serves it as version 0")
+    echo(f"lineage {lin['id']}: {lin['base_name']} at {lin['base_path']}; the next start serves it as version 0")
 
 
 @main.command("export")
@@ -191,5 +191,5 @@ def export_cmd(ctx: click.Context, dest: Path, version: int | None, adapter: boo
     with open_store(settings_of(ctx)) as store:
         result = export_version(store, dest, version=version, adapter=adapter)
     data = {"dest": str(result.dest), "version": result.version, "kind": result.kind, "bytes": result.bytes}
-    emit(data, as_json, lambda d: click.echo(f"exported version {d['version']} ({d['kind']}, "
+    emit(data, as_json, lambda d: echo(f"exported version {d['version']} ({d['kind']}, "
                                              f"{d['bytes'] / 2**20:.1f} MiB) to {d['dest']}; model card: README.md"))

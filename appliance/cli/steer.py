@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from appliance.cli.base import emit, friendly_errors, main, open_store, settings_of
+from appliance.cli.base import echo, emit, friendly_errors, main, open_store, settings_of
 
 
 @main.command()
@@ -38,7 +38,7 @@ def report(ctx: click.Context, iteration: int | None, run_id: str | None, as_jso
         if html_path is not None:
             click.echo(f"wrote {write_html(store, run.id, data, markdown, html_path)}")
             return
-    click.echo(json.dumps(data, indent=2) if as_json else markdown)
+    echo(json.dumps(data, indent=2) if as_json else markdown)
 
 
 @main.command()
@@ -56,12 +56,12 @@ def run(ctx: click.Context, iterations: int | None, headless: bool) -> None:
     settings = settings_of(ctx)
     headless = headless or not sys.stdout.isatty()
     run_id = run_appliance(settings, iterations=iterations, headless=headless,
-                           log=lambda m: click.echo(m, err=True), progress=lambda m: click.echo(m, err=True))
+                           log=lambda m: echo(m, err=True), progress=lambda m: echo(m, err=True))
     with open_store(settings) as store:
-        click.echo(f"run {run_id}: {store.get_run(run_id).status}")
-        click.echo("held-out learning curve (iteration: pass@1 [95 % interval]):")
+        echo(f"run {run_id}: {store.get_run(run_id).status}")
+        echo("held-out learning curve (iteration: pass@1 [95 % interval]):")
         for it, p in learning_curve(store, run_id):
-            click.echo(f"  {it}: {p.describe()}" + (f"  ({start_label(store, run_id)})" if it == 0 else ""))
+            echo(f"  {it}: {p.describe()}" + (f"  ({start_label(store, run_id)})" if it == 0 else ""))
 
 
 @main.command()
@@ -94,7 +94,7 @@ def _control_command(command: str, name: str, help_text: str) -> None:
         with open_store(settings_of(ctx)) as store:
             answered = request(store, command, run_id=run_id, timeout_s=timeout_s, wait=not no_wait)
         emit(asdict(answered), as_json,
-             lambda d: click.echo(f"{d['command']} run {d['run_id']}: {d['status']}"
+             lambda d: echo(f"{d['command']} run {d['run_id']}: {d['status']}"
                                   + (f" ({d['result']})" if d["result"] else "")))
 
 
@@ -141,8 +141,8 @@ def train(ctx: click.Context, steps: int, run_id: str | None, as_json: bool) -> 
             keys = ("loss", "reward_mean", "valid_groups", "dropped_groups", "infra_error_rate",
                     "logprob_gap_mean", "is_ratio_mean", "tokens_per_s", "step_time_s", "sft_loss",
                     "groups_with_signal", "clip_ratio", "entropy", "truncated_tokens", "skipped_steps")
-            click.echo(f"step {i}: " + "  ".join(f"{k}={m[k]:.4g}" for k in keys if k in m))
-        click.echo("phase: " + "  ".join(f"{k}={v:.2f}" for k, v in d["timings"].items()))
-        click.echo(f"policy version {d['policy_version']}" + (f" <- {d['checkpoint']}" if d["checkpoint"] else ""))
+            echo(f"step {i}: " + "  ".join(f"{k}={m[k]:.4g}" for k in keys if k in m))
+        echo("phase: " + "  ".join(f"{k}={v:.2f}" for k, v in d["timings"].items()))
+        echo(f"policy version {d['policy_version']}" + (f" <- {d['checkpoint']}" if d["checkpoint"] else ""))
 
     emit(data, as_json, human)

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from appliance.cli.base import emit, friendly_errors, main, open_store, settings_of
+from appliance.cli.base import echo, emit, friendly_errors, inert, main, open_store, settings_of
 from appliance.errors import ApplianceError
 
 
@@ -25,7 +25,7 @@ def tasks_families(as_json: bool) -> None:
     from appliance.tasks.families import FAMILIES
 
     rows = {name: mod.DESCRIPTION for name, mod in FAMILIES.items()}
-    emit(rows, as_json, lambda d: click.echo("\n".join(f"{k:<10} {v}" for k, v in d.items())))
+    emit(rows, as_json, lambda d: echo("\n".join(f"{k:<10} {v}" for k, v in d.items())))
 
 
 @tasks.command("synth")
@@ -64,9 +64,9 @@ def tasks_synth(ctx: click.Context, family: str, level: int, n: int, seed: str, 
 
     def human(rs: list[dict[str, Any]]) -> None:
         for r in rs:
-            click.echo(" ".join(str(v) for v in r.values()))
+            echo(" ".join(str(v) for v in r.values()))
         if len(specs) < n:
-            click.echo(f"only {len(specs)} distinct tasks exist at this level for this seed", err=True)
+            echo(f"only {len(specs)} distinct tasks exist at this level for this seed", err=True)
 
     emit(rows, as_json, human)
 
@@ -95,8 +95,8 @@ def tasks_list(ctx: click.Context, run_id: str | None, family: str | None, statu
     def human(rs: list[dict[str, Any]]) -> None:
         for r in rs:
             extra = f"  ({r['reject_reason']})" if r["reject_reason"] else ""
-            click.echo(f"{r['id']:<32} {r['family']:<9} L{r['difficulty']} {r['split']:<7} {r['status']}{extra}")
-        click.echo(f"{len(rs)} task(s)")
+            echo(f"{r['id']:<32} {r['family']:<9} L{r['difficulty']} {r['split']:<7} {r['status']}{extra}")
+        echo(f"{len(rs)} task(s)")
 
     emit(rows, as_json, human)
 
@@ -114,13 +114,13 @@ def tasks_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
     with open_store(settings_of(ctx)) as store:
         t = store.get_task(task_id)
     if as_json:
-        click.echo(json.dumps({"id": t.id, "run_id": t.run_id, "split": t.split, "status": t.status,
-                               "reject_reason": t.reject_reason, "pass_rate": t.pass_rate, "spec": t.spec},
-                              indent=2, default=str))
+        echo(json.dumps({"id": t.id, "run_id": t.run_id, "split": t.split, "status": t.status,
+                         "reject_reason": t.reject_reason, "pass_rate": t.pass_rate, "spec": t.spec},
+                        indent=2, default=str))
         return
-    click.echo(f"# {t.id}: {t.family} level {t.difficulty}, {t.source}, {t.split}, {t.status}"
-               + (f" ({t.reject_reason})" if t.reject_reason else ""))
-    click.echo(dumps_toml(TaskSpec.from_spec(t.spec)))
+    echo(f"# {t.id}: {t.family} level {t.difficulty}, {t.source}, {t.split}, {t.status}"
+         + (f" ({t.reject_reason})" if t.reject_reason else ""))
+    echo(dumps_toml(TaskSpec.from_spec(t.spec)))
 
 
 @tasks.command("validate")
@@ -137,10 +137,10 @@ def tasks_validate(ctx: click.Context, path: Path, as_json: bool) -> None:
     def human(_: Any) -> None:
         for s in result.stages:
             mark = click.style("ok  ", fg="green") if s.ok else click.style("FAIL", fg="red")
-            click.echo(f"{mark} {s.name} ({s.duration_s:.2f} s)")
+            click.echo(f"{mark} {inert(s.name)} ({s.duration_s:.2f} s)")
             if not s.ok and s.detail:
-                click.echo("       " + s.detail.strip().replace("\n", "\n       ")[-1200:])
-        click.echo("valid" if result.ok else f"rejected: {result.reason}")
+                echo("       " + s.detail.strip().replace("\n", "\n       ")[-1200:])
+        echo("valid" if result.ok else f"rejected: {result.reason}")
 
     emit(result.as_dict(), as_json, human)
     sys.exit(0 if result.ok else 1)

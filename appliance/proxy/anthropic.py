@@ -20,7 +20,8 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from appliance.proxy.app import CHAT, Proxy, Refusal
+from appliance.proxy.app import Proxy
+from appliance.proxy.checks import CHAT, Refusal, is_int
 
 _adapter: Any = None
 _lock = threading.Lock()
@@ -61,11 +62,13 @@ class AnthropicDialect:
 
     async def messages(self, request: Request) -> Response:
         started = time.perf_counter()
-        rollout_id, body = None, None
+        rollout_id, body, slot = None, None, False
         try:
             rollout_id = self.proxy.rollout_of(request).id
+            self.proxy.take_slot(rollout_id)
+            slot = True
             body = await self.proxy.body_of(request)
-            if not isinstance(body.get("messages"), list) or not isinstance(body.get("max_tokens"), int):
+            if not isinstance(body.get("messages"), list) or not is_int(body.get("max_tokens")):
                 raise Refusal(400, "a Messages request needs `messages` (a list) and `max_tokens` (an integer)",
                               "invalid_request_error", record=True)
             adapter, model_response = await anyio.to_thread.run_sync(_litellm)
@@ -91,9 +94,11 @@ class AnthropicDialect:
             return JSONResponse(message)
         except Refusal as r:
             if r.record and rollout_id is not None:
-                await self.proxy.record(self.proxy.call_row(rollout_id, body or {}, started, status="error",
-                                                            error=r.message))
+                r = await self.proxy.refusal_row(r, rollout_id, body, started)
             return JSONResponse(anthropic_error(r.status, r.message), r.status, headers=r.headers)
+        finally:
+            if slot and rollout_id is not None:
+                self.proxy.free_slot(rollout_id)
 
 
 def _plain(value: Any) -> Any:

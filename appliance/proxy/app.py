@@ -9,10 +9,17 @@ it, prompt and completion token ids, per-token logprobs, policy version, latency
 before the response (for streams: before `[DONE]`) goes back. Fields the harness did not ask for are
 stripped, so SDKs see a normal response.
 
-Refusals: unknown token 401, finished rollout 410, oversized body 413, too many calls in flight for the
+Refusals: unknown token 401, finished rollout 410, a request that would not come back as one exactly
+recordable sampled sequence 400 (checks.py), oversized body 413, too many calls in flight for the
 rollout 429, engine not SERVING 503 (both with Retry-After, which SDKs honour). An engine failure is a
-502 and an `error` row, never model output. A harness that hangs up mid-stream leaves an `error` row
-with the tokens received so far.
+502 and an `error` row, never model output; so is an answer the proxy cannot read or record (a 500 when
+the store itself refuses the row). A harness that hangs up mid-stream leaves an `error` row with the
+tokens received so far.
+
+Memory: a rollout's slot (`proxy.max_concurrency_per_rollout`) is taken before its body is read, and a
+body is read as a stream and abandoned at `proxy.max_request_bytes`, so one rollout holds at most that
+many bodies of that size (and their parsed JSON) however many connections it opens; a refused
+connection is closed with its body unread.
 """
 
 from __future__ import annotations
@@ -29,11 +36,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from appliance.config import Settings
+from appliance.proxy.checks import CHAT, COMPLETION, Refusal, check_request, is_number, read_body
 from appliance.proxy.routes import hash_token
 from appliance.schemas import EngineState, ModelCall, Rollout, RolloutStatus
 from appliance.store import Store
 
-CHAT, COMPLETION = "chat", "completion"
 ENGINE_PATHS = {CHAT: "/v1/chat/completions", COMPLETION: "/v1/completions"}
 # what the engine adds because we ask for token ids; stripped unless the harness asked too
 ID_FIELDS = ("prompt_token_ids", "prompt_text")
@@ -53,15 +60,6 @@ class EngineLike(Protocol):
     def try_admit(self) -> bool: ...
 
     def release(self) -> None: ...
-
-
-class Refusal(Exception):
-    """A call the proxy answers itself: status, message, error type, extra headers."""
-
-    def __init__(self, status: int, message: str, kind: str, headers: dict[str, str] | None = None,
-                 record: bool = False) -> None:
-        super().__init__(message)
-        self.status, self.message, self.kind, self.headers, self.record = status, message, kind, headers or {}, record
 
 
 def openai_error(status: int, message: str, kind: str) -> dict[str, Any]:
@@ -106,39 +104,30 @@ class Proxy:
         return rollout
 
     async def body_of(self, request: Request) -> dict[str, Any]:
-        limit = self.limits.max_request_bytes
-        declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > limit:
-            raise Refusal(413, f"request body of {declared} bytes exceeds proxy.max_request_bytes={limit}",
-                          "invalid_request_error", record=True)
-        raw = await request.body()
-        if len(raw) > limit:
-            raise Refusal(413, f"request body of {len(raw)} bytes exceeds proxy.max_request_bytes={limit}",
-                          "invalid_request_error", record=True)
-        try:
-            body = json.loads(raw)
-        except ValueError as e:
-            raise Refusal(400, f"request body is not valid JSON: {e}", "invalid_request_error", record=True) from None
-        if not isinstance(body, dict):
-            raise Refusal(400, "request body must be a JSON object", "invalid_request_error", record=True)
-        return body
+        return await read_body(request.stream(), request.headers.get("content-length"), self.limits.max_request_bytes)
 
-    def admit(self, rollout_id: str) -> None:
+    def take_slot(self, rollout_id: str) -> None:
+        """Before the body is read: a rollout's requests never hold more than its slots' worth of memory."""
         if self._active.get(rollout_id, 0) >= self.limits.max_concurrency_per_rollout:
             raise Refusal(429, f"rollout already has {self.limits.max_concurrency_per_rollout} model calls in flight"
-                          " (proxy.max_concurrency_per_rollout)", "rate_limit_error", {"Retry-After": "1"})
-        if not self.engine.try_admit():
-            raise Refusal(503, f"the engine is {self.engine.state}, not serving; retry shortly", "engine_unavailable",
-                          {"Retry-After": str(self.limits.retry_after_s)})
+                          " (proxy.max_concurrency_per_rollout)", "rate_limit_error",
+                          {"Retry-After": "1", "Connection": "close"})  # the body stays unread
         self._active[rollout_id] = self._active.get(rollout_id, 0) + 1
 
-    def leave(self, rollout_id: str) -> None:
-        self.engine.release()
+    def free_slot(self, rollout_id: str) -> None:
         n = self._active.get(rollout_id, 1) - 1
         if n:
             self._active[rollout_id] = n
         else:
             self._active.pop(rollout_id, None)
+
+    def admit(self) -> None:
+        if not self.engine.try_admit():
+            raise Refusal(503, f"the engine is {self.engine.state}, not serving; retry shortly", "engine_unavailable",
+                          {"Retry-After": str(self.limits.retry_after_s)})
+
+    def leave(self) -> None:
+        self.engine.release()
 
     # --- recording ------------------------------------------------------------------------------
     def call_row(self, rollout_id: str, request: dict[str, Any], started: float, *, status: str = "ok",
@@ -149,7 +138,7 @@ class Proxy:
         temperature = request.get("temperature")
         return ModelCall(None, rollout_id, -1, status, request, response, tokens.prompt, tokens.completion,
                          tokens.logprobs, self.engine.policy_version, time.perf_counter() - started, error,
-                         temperature=float(temperature) if isinstance(temperature, (int, float)) else 1.0)
+                         temperature=float(temperature) if is_number(temperature) else 1.0)
 
     async def record(self, call: ModelCall) -> None:
         # sqlite may wait on the write lock (the trainer writes too): never block the event loop on it
@@ -157,9 +146,7 @@ class Proxy:
 
     # --- the engine-facing core, shared by both dialects -------------------------------------------
     def engine_body(self, body: dict[str, Any], kind: str) -> dict[str, Any]:
-        if body.get("n", 1) != 1 or body.get("best_of", 1) != 1:
-            raise Refusal(400, "n and best_of must be 1: the proxy records one completion per call",
-                          "invalid_request_error", record=True)
+        check_request(body, kind)
         out = dict(body)
         out["model"] = self.engine.model_name()
         out["return_token_ids"] = True
@@ -169,10 +156,7 @@ class Proxy:
             out["logprobs"] = 0
         cap, capped = self.limits.max_tokens, False
         for key in ("max_tokens", "max_completion_tokens"):
-            if body.get(key) is not None:
-                if not isinstance(body[key], int) or body[key] < 1:
-                    raise Refusal(400, f"{key} must be a positive integer, got {body[key]!r}",
-                                  "invalid_request_error", record=True)
+            if body.get(key) is not None:  # a positive integer: check_request said so
                 out[key], capped = min(body[key], cap), True
         if not capped:
             out["max_tokens"] = cap
@@ -182,45 +166,76 @@ class Proxy:
                        shape: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any]:
         """One non-streaming engine call, recorded; returns what the harness gets (after `shape`)."""
         started = time.perf_counter()
-        self.admit(rollout_id)
+        self.admit()
         try:
             try:
                 async with self.client.post(ENGINE_PATHS[kind], json=sent) as r:
                     status, raw = r.status, await r.read()
             except ENGINE_ERRORS as e:
-                await self.record(self.call_row(rollout_id, sent, started, status="error",
+                await self.commit(self.call_row(rollout_id, sent, started, status="error",
                                                 error=f"engine unreachable: {e!r}"))
                 raise Refusal(502, f"the engine failed: {e!r}", "engine_error") from None
             if status != 200:
                 text = raw.decode(errors="replace")
-                await self.record(self.call_row(rollout_id, sent, started, status="error",
+                await self.commit(self.call_row(rollout_id, sent, started, status="error",
                                                 error=f"engine answered {status}: {text[:2000]}"))
                 raise _engine_refusal(status, text)
-            data = json.loads(raw)
-            tokens = Tokens()
-            tokens.take(kind, data)
-            strip(data, body, kind)
-            if shape is not None:
-                data = shape(data)
-            await self.record(self.call_row(rollout_id, sent, started, response=data, tokens=tokens))
+            data: Any = None
+            try:
+                data = json.loads(raw)
+                tokens = Tokens()
+                tokens.take(kind, data)
+                tokens.check()
+                strip(data, body, kind)
+                if shape is not None:
+                    data = shape(data)
+            except Exception as e:  # noqa: BLE001 - whatever the engine sent, the call that reached it is a row
+                await self.unrecordable(rollout_id, sent, started, data, e)
+            await self.commit(self.call_row(rollout_id, sent, started, response=data, tokens=tokens))
             return data
         finally:
-            self.leave(rollout_id)
+            self.leave()
+
+    async def unrecordable(self, rollout_id: str, sent: dict[str, Any], started: float, data: Any,
+                           e: Exception) -> None:
+        """An answer the proxy cannot turn into an exact record: an error row (no ids), and a 502."""
+        message = f"the proxy could not record the engine's answer: {type(e).__name__}: {e}"[:2000]
+        await self.commit(self.call_row(rollout_id, sent, started, status="error", error=message,
+                                        response=data if isinstance(data, dict) else None))
+        raise Refusal(502, message, "engine_error")
+
+    async def refusal_row(self, r: Refusal, rollout_id: str, body: dict[str, Any] | None, started: float) -> Refusal:
+        """The error row of a call refused before the engine; if the store refuses it, the answer says so."""
+        try:
+            await self.record(self.call_row(rollout_id, body or {}, started, status="error", error=r.message))
+        except Exception as e:  # noqa: BLE001 - nothing reached the engine: the refusal stands, and says this
+            return Refusal(r.status, f"{r.message} (and the proxy could not record the refusal: {type(e).__name__}: "
+                           f"{e})", r.kind, r.headers)
+        return r
+
+    async def commit(self, call: ModelCall) -> None:
+        """Record, or say clearly that the call is lost (the store refused the row: disk full, locked too long)."""
+        try:
+            await self.record(call)
+        except Exception as e:  # noqa: BLE001 - the harness must hear that this call was not recorded
+            raise Refusal(500, f"the proxy could not record this call in the store: {type(e).__name__}: {e}",
+                          "internal_error") from None
 
     async def stream(self, rollout_id: str, kind: str, body: dict[str, Any], sent: dict[str, Any]) -> Response:
+        """A streamed engine call; the response's relay owns the rollout's slot from here on."""
         started = time.perf_counter()
-        self.admit(rollout_id)
+        self.admit()
         try:
             upstream = await self.client.post(ENGINE_PATHS[kind], json=sent)
         except ENGINE_ERRORS as e:
-            self.leave(rollout_id)
-            await self.record(self.call_row(rollout_id, sent, started, status="error", error=f"engine unreachable: {e!r}"))
+            self.leave()
+            await self.commit(self.call_row(rollout_id, sent, started, status="error", error=f"engine unreachable: {e!r}"))
             raise Refusal(502, f"the engine failed: {e!r}", "engine_error") from None
         if upstream.status != 200:
             text = (await upstream.read()).decode(errors="replace")
             upstream.release()
-            self.leave(rollout_id)
-            await self.record(self.call_row(rollout_id, sent, started, status="error",
+            self.leave()
+            await self.commit(self.call_row(rollout_id, sent, started, status="error",
                                             error=f"engine answered {upstream.status}: {text[:2000]}"))
             raise _engine_refusal(upstream.status, text)
         return StreamingResponse(self._relay(rollout_id, kind, body, sent, started, upstream),
@@ -231,6 +246,7 @@ class Proxy:
         tokens, recorded = Tokens(), False
         chunks: list[dict[str, Any]] = []
         try:
+            failure, exact = None, True
             try:
                 pending = b""
                 # Events that arrive together leave together: one write per network read, not per token.
@@ -243,6 +259,7 @@ class Proxy:
                             continue
                         payload = payload[5:].strip()
                         if payload == b"[DONE]":
+                            tokens.check()
                             recorded = True  # set first: a cancel during the write must not add a second row
                             await self.record(self.call_row(rollout_id, sent, started, response=_merged(chunks),
                                                             tokens=tokens))
@@ -260,35 +277,50 @@ class Proxy:
                 if not recorded:
                     raise EngineStreamError("the engine closed the stream before [DONE]")
             except (*ENGINE_ERRORS, EngineStreamError) as e:
-                message = f"engine failed mid-stream: {e!r}"
+                failure = f"engine failed mid-stream: {e!r}"
+            except Exception as e:  # noqa: BLE001 - a chunk the proxy cannot read or record: a row, never lost
+                failure, exact = f"the proxy could not record the engine's stream: {type(e).__name__}: {e}", False
+            if failure is not None:
                 recorded = True
-                await self.record(self.call_row(rollout_id, sent, started, status="error", error=message,
-                                                response=_merged(chunks), tokens=tokens))
-                yield b"data: " + json.dumps(openai_error(502, message, "engine_error")).encode() + b"\n\n"
+                try:
+                    # ids of a stream the proxy could not read are not trusted: the row keeps none of them
+                    await self.record(self.call_row(rollout_id, sent, started, status="error", error=failure[:2000],
+                                                    response=_merged(chunks), tokens=tokens if exact else None))
+                except Exception as e:  # noqa: BLE001 - the store refused the row: the harness hears it
+                    failure = f"{failure}; and the store refused its error row: {type(e).__name__}: {e}"
+                yield b"data: " + json.dumps(openai_error(502, failure, "engine_error")).encode() + b"\n\n"
         finally:
             if not recorded:  # the harness hung up: cancelled, so record synchronously
                 self.store.add_model_call(self.call_row(
                     rollout_id, sent, started, status="error", response=_merged(chunks), tokens=tokens,
                     error="the harness disconnected mid-stream"))
-            self.leave(rollout_id)
+            self.leave()
+            self.free_slot(rollout_id)
             # an unfinished stream must drop its connection (the engine then aborts the request)
             upstream.release() if upstream.content.at_eof() else upstream.close()
 
     # --- OpenAI routes --------------------------------------------------------------------------
     async def openai(self, request: Request, kind: str) -> Response:
         started = time.perf_counter()
-        rollout_id, body = None, None
+        rollout_id, body, slot = None, None, False
         try:
             rollout_id = self.rollout_of(request).id
+            self.take_slot(rollout_id)
+            slot = True
             body = await self.body_of(request)
             sent = self.engine_body(body, kind)
             if body.get("stream"):
-                return await self.stream(rollout_id, kind, body, sent)
+                response = await self.stream(rollout_id, kind, body, sent)
+                slot = False  # the relay frees it when the stream ends
+                return response
             return JSONResponse(await self.complete(rollout_id, kind, body, sent))
         except Refusal as r:
             if r.record and rollout_id is not None:
-                await self.record(self.call_row(rollout_id, body or {}, started, status="error", error=r.message))
+                r = await self.refusal_row(r, rollout_id, body, started)
             return JSONResponse(openai_error(r.status, r.message, r.kind), r.status, headers=r.headers)
+        finally:
+            if slot and rollout_id is not None:
+                self.free_slot(rollout_id)
 
     async def chat(self, request: Request) -> Response:
         return await self.openai(request, CHAT)
@@ -313,7 +345,12 @@ ENGINE_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
 
 
 class Tokens:
-    """Token ids and logprobs gathered from one response or a stream of chunks."""
+    """Token ids and logprobs gathered from one response or a stream of chunks: one choice, index 0.
+
+    Anything else (a second choice, a logprob that is not a number, ids and logprobs that do not pair
+    up) raises RecordError: the checks refuse the requests that cause it, so it means the engine
+    answered something the record cannot hold exactly, and the call becomes an error row.
+    """
 
     __slots__ = ("prompt", "completion", "logprobs")
 
@@ -324,16 +361,35 @@ class Tokens:
 
     def take(self, kind: str, data: dict[str, Any]) -> None:
         if data.get("prompt_token_ids"):
-            self.prompt = data["prompt_token_ids"]
+            self.prompt = _ids(data["prompt_token_ids"], "prompt_token_ids")
         for choice in data.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                raise RecordError(f"the engine answered choice {choice.get('index')!r}; one choice was asked for")
             if choice.get("prompt_token_ids"):
-                self.prompt = choice["prompt_token_ids"]
-            self.completion += choice.get("token_ids") or ()
+                self.prompt = _ids(choice["prompt_token_ids"], "prompt_token_ids")
+            self.completion += _ids(choice.get("token_ids") or [], "token_ids")
             lp = choice.get("logprobs") or {}
-            if kind == CHAT:
-                self.logprobs += [c["logprob"] for c in lp.get("content") or ()]
-            else:
-                self.logprobs += lp.get("token_logprobs") or ()
+            found = [c.get("logprob") for c in lp.get("content") or ()] if kind == CHAT \
+                else list(lp.get("token_logprobs") or ())
+            if not all(is_number(v) for v in found):
+                raise RecordError("the engine's logprobs hold a value that is not a number")
+            self.logprobs += found
+
+    def check(self) -> None:
+        """A finished answer: one logprob per completion id, or it is not the exact record training needs."""
+        if len(self.completion) != len(self.logprobs):
+            raise RecordError(f"the engine returned {len(self.completion)} completion ids but "
+                              f"{len(self.logprobs)} logprobs")
+
+
+class RecordError(Exception):
+    pass
+
+
+def _ids(value: Any, name: str) -> list[int]:
+    if not isinstance(value, list) or not all(type(i) is int for i in value):
+        raise RecordError(f"the engine's {name} is not a list of integers")
+    return value
 
 
 def strip(data: dict[str, Any], asked: dict[str, Any], kind: str) -> None:

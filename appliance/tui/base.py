@@ -3,6 +3,12 @@
 A screen implements `load(ctx)` (runs in a thread: store reads only, returns plain data) and
 `show(data)` (runs on the UI thread: updates widgets). The store being busy or missing, or no run yet,
 is shown on the problem line and retried at the next tick, never raised.
+
+Text from the store or a task (instructions, file names, reasons, observations, errors) is shown with
+`plain`: a `Content` object, never parsed as markup (Rich's `escape` lets `[1 a=b:c]` through and Textual's
+parser then raised MarkupError and closed the window), with control characters shown as escapes. Every
+widget gets `Content` (Textual's own text: its colour names mean what they mean in markup), built with
+`Content.assemble` where our own styling sits beside such text; `fill` makes every table cell plain.
 """
 
 from __future__ import annotations
@@ -12,8 +18,9 @@ import sqlite3
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rich.markup import escape
+from rich.text import Text
 from textual.app import ComposeResult
+from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
@@ -23,6 +30,20 @@ from appliance.store import Store
 
 if TYPE_CHECKING:
     from appliance.tui.app import ApplianceApp
+
+
+# C0 controls but newline and tab, DEL, C1 controls and the bidirectional overrides, shown as their escapes
+_CONTROLS = [c for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if chr(c) not in "\n\t"]
+_INERT = {c: f"\\x{c:02x}" for c in _CONTROLS} | {c: f"\\u{c:04x}" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+
+
+def inert(text: object) -> str:
+    return str(text).translate(_INERT)
+
+
+def plain(text: object, style: str = "") -> Content:
+    """Text that is not ours, for a widget: no markup is read in it, control characters are made visible."""
+    return Content.styled(inert(text), style)
 
 
 @dataclass(slots=True)
@@ -74,15 +95,15 @@ class PollingScreen(Screen):
         try:
             data = await asyncio.to_thread(self._load)
         except ApplianceError as e:  # a run named with --run that does not exist, a store that cannot open
-            self.query_one("#problem", Static).update(escape(f"{e.message}; {e.hint}" if e.hint else e.message))
+            self.query_one("#problem", Static).update(plain(f"{e.message}; {e.hint}" if e.hint else e.message))
             return
         except (sqlite3.Error, OSError) as e:
             # sqlite "database is locked", a store mid-migration or a vanished file: say so, try again
-            self.query_one("#problem", Static).update(escape(f"store unavailable ({_first_line(e)}); retrying"))
+            self.query_one("#problem", Static).update(plain(f"store unavailable ({_first_line(e)}); retrying"))
             return
         except Exception as e:  # noqa: BLE001 - e.g. a value a newer loop wrote: a watcher over SSH stays up
-            self.query_one("#problem", Static).update(escape(f"cannot show this screen: {type(e).__name__}: "
-                                                             f"{_first_line(e)}"))
+            self.query_one("#problem", Static).update(plain(f"cannot show this screen: {type(e).__name__}: "
+                                                            f"{_first_line(e)}"))
             return
         finally:
             self._loading = False
@@ -104,7 +125,7 @@ class PollingScreen(Screen):
         raise NotImplementedError
 
     def set_title(self, text: str) -> None:
-        self.query_one("#title", Static).update(text)
+        self.query_one("#title", Static).update(plain(text))
 
 
 def run_title(run: Run | None, screen: str) -> str:
@@ -118,10 +139,11 @@ def _first_line(e: Exception) -> str:
 
 
 def fill(table: DataTable, rows: list[tuple[str, ...]], keys: list[str]) -> None:
-    """Replace a table's rows, keeping the cursor on the same row index (refreshes must not jump)."""
+    """Replace a table's rows, keeping the cursor on the same row index (refreshes must not jump). A string
+    cell is shown as plain text (a DataTable would read it as markup)."""
     cursor = table.cursor_row
     table.clear()
     for key, row in zip(keys, rows):
-        table.add_row(*row, key=key)
+        table.add_row(*(Text(inert(c), end="") if isinstance(c, str) else c for c in row), key=key)
     if rows:
         table.move_cursor(row=min(cursor, len(rows) - 1), animate=False)

@@ -6,17 +6,17 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from rich.markup import escape
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
 from appliance import control
 from appliance.errors import ApplianceError
 from appliance.schemas import Control, ControlCommand, RunStatus
-from appliance.tui.base import Context, PollingScreen, fill, run_title
+from appliance.tui.base import Context, PollingScreen, fill, inert, plain, run_title
 
 LABELS = {
     ControlCommand.PAUSE: ("p", "pause"),
@@ -66,13 +66,14 @@ class ControlsScreen(PollingScreen):
             self.query_one("#run-state", Static).update("nothing to control: no run in this store")
             self.query_one("#commands", Static).update("")
         else:
-            self.query_one("#run-state", Static).update(f"the loop reports: [b reverse] {str(data.status).upper()} "
-                                                        f"[/] · {escape(data.state)}")
+            self.query_one("#run-state", Static).update(Content.assemble(
+                "the loop reports: ", (f" {str(data.status).upper()} ", "bold reverse"), " · ", plain(data.state)))
             lines = []
             for command, (key, label) in LABELS.items():
                 ok = data.status in control.ALLOWED[command]
-                lines.append(f"[b]{key}[/b] {label}" if ok else f"[dim]{key} {label} (not while {data.status})[/]")
-            self.query_one("#commands", Static).update("\n".join(lines))
+                lines.append(Content.assemble((key, "bold"), f" {label}") if ok
+                             else Content.styled(f"{key} {label} (not while {data.status})", "dim"))
+            self.query_one("#commands", Static).update(Content("\n").join(lines))
         fill(self.query_one("#history", DataTable),
              [(str(c.id), str(c.command), str(c.status), c.result or "") for c in data.history],
              keys=[str(c.id) for c in data.history])
@@ -95,9 +96,11 @@ class ControlsScreen(PollingScreen):
             answered = await asyncio.to_thread(control.request, app.open_store(), command, run_id=app.run_id,
                                                timeout_s=app.control_timeout_s)
         except ApplianceError as e:
-            self.notify(f"{e.message}\n{e.hint}", title=f"{command} failed", severity="error", timeout=8)
+            self.notify(inert(f"{e.message}\n{e.hint}"), title=f"{command} failed", severity="error", timeout=8,
+                        markup=False)
         else:
-            self.notify(answered.result or str(answered.status), title=f"{command}: {answered.status}")
+            self.notify(inert(answered.result or str(answered.status)), title=f"{command}: {answered.status}",
+                        markup=False)
         self.reload(force=True)
 
 
@@ -115,8 +118,8 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm"):
-            yield Static(f"[b]{escape(self.question)}[/b]")
-            yield Static("[b]y[/b] yes    [b]n[/b] no")
+            yield Static(plain(self.question, "bold"))
+            yield Static(Content.assemble(("y", "bold"), " yes    ", ("n", "bold"), " no"))
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(yes)

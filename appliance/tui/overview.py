@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rich.markup import escape
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
+from textual.content import Content
 from textual.widgets import Static
 
 from appliance.lineage import served_short, start_label
 from appliance.schemas import Event, Iteration, IterationStatus, Phase
 from appliance.store import Store
-from appliance.tui.base import Context, PollingScreen, run_title
+from appliance.tui.base import Context, PollingScreen, plain, run_title
 
 PHASES = [p for p in Phase if p != Phase.DONE]
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -24,12 +24,12 @@ EVENT_KINDS = ("phase", "engine", "train", "error", "info", "control")
 @dataclass(frozen=True, slots=True)
 class OverviewData:
     title: str
-    run: str
-    timeline: str
-    system: str
-    rollouts: str
-    curves: str
-    events: str
+    run: Content
+    timeline: Content
+    system: Content
+    rollouts: Content
+    curves: Content
+    events: Content
 
 
 class OverviewScreen(PollingScreen):
@@ -46,19 +46,20 @@ class OverviewScreen(PollingScreen):
         store, run = ctx.store, ctx.run
         state, version, _ = store.engine_state()
         model = served_short(store)
-        engine = f"engine [b]{str(state).upper()}[/b] (" + (escape(model) if model else f"policy v{version}") + ")"
-        system = f"{engine} · {escape(self.appliance.probe())}"
+        engine = Content.assemble("engine ", (str(state).upper(), "bold"), " (",
+                               plain(model) if model else f"policy v{version}", ")")
+        system = Content.assemble(engine, " · ", plain(self.appliance.probe()))
         if run is None:
-            return OverviewData(run_title(None, "overview"), "", "", system, "", "", "")
+            return OverviewData(run_title(None, "overview"), Content(), Content(), system, Content(), Content(), Content())
         iterations = store.iterations(run.id)
         it = iterations[-1] if iterations else None
         # no "of N": iteration 0 measures the policy the run started from (the base model, or the version a
         # continued run took over), and a restart may change the planned count
-        start = f" ({escape(start_label(store, run.id))})" if it and it.index == 0 else ""
-        run_line = (f"iteration [b]{it.index}[/b]{start} · "
-                    f"policy v{it.policy_version}") if it else "no iteration yet"
+        start = Content.assemble(" (", plain(start_label(store, run.id)), ")") if it and it.index == 0 else Content()
+        run_line = Content.assemble("iteration ", (str(it.index), "bold"), start,
+                                 f" · policy v{it.policy_version}") if it else Content("no iteration yet")
         timeline = phase_timeline(it, store.phase_events(run.id, it.index), ctx.now,
-                                  phase_durations(store, run.id, it.index)) if it else ""
+                                  phase_durations(store, run.id, it.index)) if it else Content()
         counts = store.rollout_counts(run.id, it.index) if it else {}
         return OverviewData(run_title(run, "overview"), run_line, timeline, system, rollout_line(counts),
                             curves(store, run.id, counts), events_text(store.latest_events(run.id, limit=7,
@@ -80,7 +81,7 @@ def phase_durations(store: Store, run_id: str, iteration: int) -> dict[str, floa
     return found
 
 
-def phase_timeline(it: Iteration, events: list[Event], now: float, done: dict[str, float] | None = None) -> str:
+def phase_timeline(it: Iteration, events: list[Event], now: float, done: dict[str, float] | None = None) -> Content:
     """`synthesize 40s › validate 1m05s › [train 32s] › sync › ...`: done phases with their durations,
     the current one highlighted, the ones to come dimmed.
 
@@ -94,12 +95,12 @@ def phase_timeline(it: Iteration, events: list[Event], now: float, done: dict[st
     for e in events:
         starts.setdefault(e.message, e)
     ordered = sorted(starts.values(), key=lambda e: e.created_at)
-    parts = []
+    parts: list[Content] = []
     for phase in PHASES:
         start = starts.get(phase)
         current = phase == it.phase and it.status == IterationStatus.RUNNING
         if start is None:
-            parts.append(f"[reverse] {phase} [/]" if current else f"[dim]{phase}[/]")
+            parts.append(Content.styled(f" {phase} ", "reverse") if current else Content.styled(phase, "dim"))
             continue
         later = [o.created_at for o in ordered if o.created_at > start.created_at]
         if start.duration_s is not None:
@@ -113,19 +114,22 @@ def phase_timeline(it: Iteration, events: list[Event], now: float, done: dict[st
         else:
             duration = (it.finished_at or now) - start.created_at
         label = f"{phase} {human_duration(duration)}"
-        parts.append(f"[reverse] {label} [/]" if current else label)
-    status = "" if it.status == IterationStatus.RUNNING else f"  ({it.status}{': ' + escape(it.error) if it.error else ''})"
-    return " › ".join(parts) + status
+        parts.append(Content.styled(f" {label} ", "reverse") if current else Content(label))
+    line = Content(" › ").join(parts)
+    if it.status != IterationStatus.RUNNING:
+        line += Content.assemble(f"  ({it.status}", ": " if it.error else "", plain(it.error or ""), ")")
+    return line
 
 
-def rollout_line(counts: dict[str, int]) -> str:
+def rollout_line(counts: dict[str, int]) -> Content:
     outcomes = " ".join(f"{name} {counts.get(key, 0)}" for key, name in
                         (("success", "ok"), ("failure", "fail"), ("truncated", "trunc"), ("infra_error", "infra")))
-    return (f"rollouts  running [b]{counts.get('running', 0)}[/b] · pending {counts.get('pending', 0)} · "
-            f"done [b]{counts.get('finished', 0)}[/b] ({outcomes})")
+    return Content.assemble("rollouts  running ", (str(counts.get("running", 0)), "bold"),
+                         f" · pending {counts.get('pending', 0)} · done ", (str(counts.get("finished", 0)), "bold"),
+                         f" ({outcomes})")
 
 
-def curves(store: Store, run_id: str, counts: dict[str, int]) -> str:
+def curves(store: Store, run_id: str, counts: dict[str, int]) -> Content:
     heldout = [v for _, v in store.heldout_curve(run_id)] or \
         [v for _, v in store.metric_tail(run_id, "heldout_pass@1", CURVE_POINTS)]
     reward = [v for _, v in store.metric_tail(run_id, "reward_mean", CURVE_POINTS)]
@@ -136,7 +140,7 @@ def curves(store: Store, run_id: str, counts: dict[str, int]) -> str:
 
     measured = learning_curve(store, run_id)
     interval = f" [{measured[-1][1].low:.2f}-{measured[-1][1].high:.2f}] n={measured[-1][1].n}" if measured else ""
-    return "\n".join([
+    return Content("\n").join([
         curve_line("held-out pass@1", heldout, "{:.2f}") + interval,
         curve_line("reward mean", reward, "{:.2f}"),
         curve_line("loss", [v for _, v in store.metric_tail(run_id, "loss", CURVE_POINTS)], "{:.3f}"),
@@ -145,23 +149,25 @@ def curves(store: Store, run_id: str, counts: dict[str, int]) -> str:
     ])
 
 
-def learning_line(store: Store, run_id: str) -> str:
+def learning_line(store: Store, run_id: str) -> Content:
     """The last GRPO step's signal and trust-region numbers (issue 15's per-step metrics)."""
     last = {name: store.metric_tail(run_id, name, 1) for name in
             ("groups_with_signal", "valid_groups", "clip_ratio", "logprob_gap_mean", "entropy", "truncated_tokens",
              "turns_mean", "response_tokens_mean")}
     if not last["groups_with_signal"]:
-        return f"{'last step':<17}[dim]no data yet[/]"
+        return Content.assemble(f"{'last step':<17}", ("no data yet", "dim"))
     v = {name: (tail[-1][1] if tail else 0.0) for name, tail in last.items()}
-    return (f"{'last step':<17}signal [b]{v['groups_with_signal']:.0f}[/b]/{v['valid_groups']:.0f} groups · "
-            f"clip {v['clip_ratio']:.2f} · IS gap {v['logprob_gap_mean']:.3f} · entropy {v['entropy']:.2f} · "
-            f"cut {v['truncated_tokens']:.0f} tok · {v['turns_mean']:.1f} turns · {v['response_tokens_mean']:.0f} tok/reply")
+    return Content.assemble(
+        f"{'last step':<17}signal ", (f"{v['groups_with_signal']:.0f}", "bold"), f"/{v['valid_groups']:.0f} groups · "
+        f"clip {v['clip_ratio']:.2f} · IS gap {v['logprob_gap_mean']:.3f} · entropy {v['entropy']:.2f} · "
+        f"cut {v['truncated_tokens']:.0f} tok · {v['turns_mean']:.1f} turns · {v['response_tokens_mean']:.0f} tok/reply")
 
 
-def curve_line(label: str, values: list[float], fmt: str) -> str:
+def curve_line(label: str, values: list[float], fmt: str) -> Content:
     if not values:
-        return f"{label:<17}[dim]no data yet[/]"
-    return f"{label:<17}{sparkline(values[-CURVE_POINTS:]):<{CURVE_POINTS}} [b]{fmt.format(values[-1])}[/b]"
+        return Content.assemble(f"{label:<17}", ("no data yet", "dim"))
+    return Content.assemble(f"{label:<17}{sparkline(values[-CURVE_POINTS:]):<{CURVE_POINTS}} ",
+                         (fmt.format(values[-1]), "bold"))
 
 
 def sparkline(values: list[float]) -> str:
@@ -171,14 +177,13 @@ def sparkline(values: list[float]) -> str:
     return "".join(SPARKS[round((v - lo) / (hi - lo) * (len(SPARKS) - 1))] for v in values)
 
 
-def events_text(events: list[Event]) -> str:
-    lines = ["[b]latest events[/b]"]
+def events_text(events: list[Event]) -> Content:
+    lines = [Content.styled("latest events", "bold")]
     for e in events:
         took = f" ({human_duration(e.duration_s)})" if e.duration_s is not None else ""
-        style = "red" if e.kind == "error" else ""
-        text = f"{e.kind:<7} {escape(e.message)}{took}"
-        lines.append(f"[{style}]{text}[/]" if style else text)
-    return "\n".join(lines)
+        line = Content.assemble(f"{e.kind:<7} ", plain(e.message), took)
+        lines.append(line.stylize("red") if e.kind == "error" else line)
+    return Content("\n").join(lines)
 
 
 def human_duration(seconds: float) -> str:

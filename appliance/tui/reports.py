@@ -4,6 +4,8 @@ report of the iteration before.
 Rendered with Rich's Markdown in the worker thread, once per report and width, into plain styled text
 for one Static: Textual's Markdown widget builds a widget per block and took seconds to open a long
 report, and even Rich's renderer costs ~0.2 s for a long one, too much to pay on the UI thread or per tick.
+A report quotes the policy's own analysis and task text: the Markdown is made inert before Rich renders
+it (its ANSI output is read back as styles), and links are shown as text, not hyperlinks.
 """
 
 from __future__ import annotations
@@ -15,15 +17,15 @@ from typing import Any
 
 from rich.console import Console
 from rich.markdown import Markdown
-from rich.markup import escape
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.content import Content
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from appliance.tui.base import Context, PollingScreen, run_title
+from appliance.tui.base import Context, PollingScreen, inert, plain, run_title
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +82,7 @@ class ReportsScreen(PollingScreen):
         if key not in self._rendered:
             console = Console(width=width, file=io.StringIO(), force_terminal=True, color_system="256")
             with console.capture() as out:
-                console.print(Markdown(markdown))
+                console.print(Markdown(inert(markdown), hyperlinks=False))
             self._rendered = {key: Text.from_ansi(out.get())}  # keep one: the report on display
         return self._rendered[key]
 
@@ -100,7 +102,7 @@ class ReportsScreen(PollingScreen):
         diff = self.query_one("#report-diff", Static)
         diff.display = self.diff
         if self.diff:
-            diff.update(diff_markup(data.previous, data.markdown))
+            diff.update(diff_text(data.previous, data.markdown))
 
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
         chosen = int(str(event.option.id))
@@ -116,12 +118,12 @@ class ReportsScreen(PollingScreen):
         self.reload(force=True)
 
 
-def diff_markup(previous: str | None, current: str) -> str:
+def diff_text(previous: str | None, current: str) -> Content:
     if previous is None:
-        return "[dim]no earlier report to compare with[/]"
+        return Content.styled("no earlier report to compare with", "dim")
     lines = difflib.unified_diff(previous.splitlines(), current.splitlines(), "previous", "this", lineterm="", n=2)
     out = []
     for line in lines:
         style = "green" if line.startswith("+") else "red" if line.startswith("-") else "cyan" if line.startswith("@") else ""
-        out.append(f"[{style}]{escape(line)}[/]" if style else escape(line))
-    return "\n".join(out) or "[dim]identical to the previous report[/]"
+        out.append(plain(line, style))
+    return Content("\n").join(out) if out else Content.styled("identical to the previous report", "dim")

@@ -12,7 +12,7 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
 from appliance.schemas import Outcome, Phase, Rollout, RolloutStatus
-from appliance.tui.base import Context, PollingScreen, fill, run_title
+from appliance.tui.base import Context, PollingScreen, fill, plain, run_title
 from appliance.tui.trajectory import TrajectoryScreen
 
 PAGE = 50
@@ -117,7 +117,7 @@ class RolloutsScreen(PollingScreen):
 
     def show(self, data: RolloutsData) -> None:
         self.set_title(data.title)
-        self.query_one("#step", Static).update(data.subtitle)
+        self.query_one("#step", Static).update(plain(data.subtitle))
         fill(self.query_one("#groups", DataTable), list(data.groups), keys=list(data.group_ids))
         fill(self.query_one("#rollouts", DataTable),
              [(r.id, str(r.status), str(r.outcome or ""), "-" if r.reward is None else f"{r.reward:.2f}",

@@ -7,15 +7,15 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from rich.markup import escape
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from appliance.schemas import Split, Task, TaskStatus
-from appliance.tui.base import Context, PollingScreen, fill, run_title
+from appliance.tui.base import Context, PollingScreen, fill, plain, run_title
 
 if TYPE_CHECKING:
     from appliance.tui.app import ApplianceApp
@@ -78,9 +78,9 @@ class TasksScreen(PollingScreen):
         fill(self.query_one("#matrix", DataTable), [tuple(str(v) for v in row) for row in data.matrix],
              keys=[f"{row[0]}\t{row[1]}" for row in data.matrix])
         if data.cell:
-            self.query_one("#cell", Static).update(
-                f"[b]{escape(data.cell[0])}[/b] difficulty {data.cell[1]} · page {data.page + 1}"
-                f" · {len(data.tasks)} shown · Enter opens a task")
+            self.query_one("#cell", Static).update(Content.assemble(
+                plain(data.cell[0], "bold"), f" difficulty {data.cell[1]} · page {data.page + 1}"
+                f" · {len(data.tasks)} shown · Enter opens a task"))
         fill(self.query_one("#tasks", DataTable),
              [(t.id, str(t.status) + (" (heldout)" if t.split == Split.HELDOUT else ""),
                "" if t.pass_rate is None else f"{t.pass_rate:.2f}", t.reject_reason or "") for t in data.tasks],
@@ -123,7 +123,7 @@ class TaskScreen(Screen):
         self.task_id = task_id
 
     def compose(self) -> ComposeResult:
-        yield Static(f"task {escape(self.task_id)}", id="title", classes="title")
+        yield Static(plain(f"task {self.task_id}"), id="title", classes="title")
         with VerticalScroll(id="task-body"):
             yield Static("loading…", id="task")
         yield Footer()
@@ -139,21 +139,23 @@ class TaskScreen(Screen):
         self.query_one("#task", Static).update(task_text(task))
 
 
-def task_text(task: Task) -> str:
+def task_text(task: Task) -> Content:
+    """Everything in a task is the author's (a self-proposed task's author is the policy): all plain."""
     spec = task.spec
-    lines = [f"[b]{escape(task.family)}[/b] difficulty {task.difficulty} · {task.source} · {task.split} · "
-             f"[b]{task.status}[/b]" + (f" · pass rate {task.pass_rate:.2f}" if task.pass_rate is not None else "")]
+    lines = [Content.assemble(plain(task.family, "bold"), plain(f" difficulty {task.difficulty} · {task.source} · "
+                                                             f"{task.split} · "), plain(task.status, "bold"),
+                           f" · pass rate {task.pass_rate:.2f}" if task.pass_rate is not None else "")]
     if task.reject_reason:
-        lines.append(f"[red]rejected: {escape(task.reject_reason)}[/]")
-    lines += ["", "[b]instruction[/b]", escape(str(spec.get("instruction", "")))]
+        lines.append(plain(f"rejected: {task.reject_reason}", "red"))
+    lines += [Content(), Content.styled("instruction", "bold"), plain(spec.get("instruction", ""))]
     for path, text in (spec.get("files") or {}).items():
-        lines += ["", f"[b]file {escape(path)}[/b]", escape(str(text))]
+        lines += [Content(), plain(f"file {path}", "bold"), plain(text)]
     for key in ("setup", "verify", "solution"):
         if spec.get(key):
-            lines += ["", f"[b]{key}[/b]", escape(str(spec[key]))]
+            lines += [Content(), Content.styled(key, "bold"), plain(spec[key])]
     other = {k: v for k, v in spec.items() if k not in {"instruction", "files", "setup", "verify", "solution", "id",
                                                          "family", "difficulty", "source"}}
     if other:
-        lines += ["", "[b]more[/b]", escape(json.dumps(other, indent=1, default=str))]
-    return "\n".join(lines)
+        lines += [Content(), Content.styled("more", "bold"), plain(json.dumps(other, indent=1, default=str))]
+    return Content("\n").join(lines)
 

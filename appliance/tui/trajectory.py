@@ -16,23 +16,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from rich.markup import escape
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from appliance.errors import TrajectoryError
 from appliance.schemas import ModelCall
 from appliance.trajectories import build_tree
+from appliance.tui.base import plain
 
 if TYPE_CHECKING:
     from appliance.tui.app import ApplianceApp
 
 Decoder = Callable[[list[int]], list[str]]  # token ids -> one display string per token
 MAX_TOKENS_SHOWN = 1500
-LEGEND = "[b]legend[/b] [dim]prompt[/] [yellow]tool / harness[/] [reverse green]sampled[/] [magenta]⑂ branch[/]"
+LEGEND = Content.assemble(("legend", "bold"), " ", ("prompt", "dim"), " ", ("tool / harness", "yellow"), " ",
+                       ("sampled", "reverse green"), " ", ("⑂ branch", "magenta"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,35 +78,38 @@ def call_views(calls: list[ModelCall]) -> list[CallView]:
     return views
 
 
-def render(views: list[CallView], decode: Decoder | None) -> str:
+def render(views: list[CallView], decode: Decoder | None) -> Content:
+    """The calls as text; what the tokens decode to (the agent's commands, its observations) is plain."""
     out = [LEGEND]
     for v in views:
         mean = sum(v.logprobs) / len(v.logprobs) if v.logprobs else None
         head = f"── call {v.seq} · {len(v.new_prompt)} new prompt + {len(v.sampled)} sampled tokens · {v.latency_s:.2f} s"
         if mean is not None:
             head += f" · mean logprob {mean:.2f}"
-        out += ["", f"[b]{head}[/b]"]
+        out += [Content(), Content.styled(head, "bold")]
         if v.error:
-            out.append(f"[red]error: {escape(v.error)}[/]")
+            out.append(plain(f"error: {v.error}", "red"))
         if not v.in_tree:
-            out.append("[dim]not in the prefix tree: a failed call, nothing of it is trained[/]")
+            out.append(Content.styled("not in the prefix tree: a failed call, nothing of it is trained", "dim"))
         if v.branch:
-            out.append(f"[magenta]⑂ branch: leaves call {v.parent}'s sequence after {v.shared} tokens"
-                       " (history rewritten)[/]")
+            out.append(Content.styled(f"⑂ branch: leaves call {v.parent}'s sequence after {v.shared} tokens"
+                                      " (history rewritten)", "magenta"))
         if v.shared:
-            out.append(f"[dim]… {v.shared} tokens shared with call {v.parent} …[/]")
+            out.append(Content.styled(f"… {v.shared} tokens shared with call {v.parent} …", "dim"))
         style = "dim" if v.parent is None else "yellow"
-        out.append(tokens_markup(v.new_prompt, decode, style) + tokens_markup(v.sampled, decode, "reverse green"))
-    return "\n".join(out)
+        out.append(tokens_text(v.new_prompt, decode, style) + tokens_text(v.sampled, decode, "reverse green"))
+    return Content("\n").join(out)
 
 
-def tokens_markup(ids: tuple[int, ...], decode: Decoder | None, style: str) -> str:
+def tokens_text(ids: tuple[int, ...], decode: Decoder | None, style: str) -> Content:
     if not ids:
-        return ""
+        return Content()
     shown = list(ids[:MAX_TOKENS_SHOWN])
     pieces = decode(shown) if decode else [f"{i} " for i in shown]
-    more = f" [dim]… {len(ids) - len(shown)} more[/]" if len(ids) > len(shown) else ""
-    return f"[{style}]{escape(''.join(pieces))}[/]{more}"
+    text = plain("".join(pieces), style)
+    if len(ids) > len(shown):
+        text += Content.styled(f" … {len(ids) - len(shown)} more", "dim")
+    return text
 
 
 def tokenizer_decoder(model_path: Path) -> Decoder | None:
@@ -128,7 +133,7 @@ class TrajectoryScreen(Screen):
         self.rollout_id = rollout_id
 
     def compose(self) -> ComposeResult:
-        yield Static(f"trajectory · rollout {escape(self.rollout_id)}", id="title", classes="title")
+        yield Static(plain(f"trajectory · rollout {self.rollout_id}"), id="title", classes="title")
         yield Static("loading…", id="summary", classes="subtitle")
         with VerticalScroll(id="trajectory-body"):
             yield Static("", id="trajectory")
@@ -143,7 +148,7 @@ class TrajectoryScreen(Screen):
         self.query_one("#trajectory", Static).update(body)
         self.query_one("#trajectory-body").focus()
 
-    def load(self) -> tuple[str, str]:
+    def load(self) -> tuple[Content, Content]:
         app = cast("ApplianceApp", self.app)
         store = app.open_store()
         rollout = store.get_rollout(self.rollout_id)
@@ -152,18 +157,18 @@ class TrajectoryScreen(Screen):
         trained = sum(sum(s.mask) for s in samples)
         # the trainer logs the mean |engine - trainer| logprob over trained tokens of each step it takes
         gap = store.metric_tail(rollout.run_id, "logprob_gap_mean", 1) if rollout.run_id else []
-        summary = (f"{rollout.outcome or rollout.status} · reward {_num(rollout.reward)} · {rollout.turns} turns · "
-                   f"{len(calls)} calls · {len(samples)} samples ({trained} trained tokens)")
+        summary = Content(f"{rollout.outcome or rollout.status} · reward {_num(rollout.reward)} · {rollout.turns} turns "
+                          f"· {len(calls)} calls · {len(samples)} samples ({trained} trained tokens)")
         if gap:
             summary += f" · engine/trainer logprob gap {gap[-1][1]:.3f} (last step)"
         if rollout.error:
-            summary += f"\n[red]{escape(rollout.error)}[/]"
+            summary += Content("\n") + plain(rollout.error, "red")
         if not calls:
-            return summary, "no model calls recorded for this rollout"
+            return summary, Content("no model calls recorded for this rollout")
         try:
             views = call_views(calls)
         except TrajectoryError as e:  # the trainer refuses these calls too: say why instead of placing them
-            return summary, f"[red]the calls do not form a trajectory: {escape(e.message)}[/]"
+            return summary, plain(f"the calls do not form a trajectory: {e.message}", "red")
         return summary, render(views, app.decoder())
 
 

@@ -28,7 +28,7 @@ async def test_pause_then_the_loop_reports_paused(recorded_store, make_app, sett
             await settle(pilot)
             assert "PAUSED" in str(app.screen.query_one("#run-state", Static).render())
             history = app.screen.query_one("#history", DataTable)
-            assert history.get_row_at(0)[1:3] == ["pause", "done"]
+            assert [str(c) for c in history.get_row_at(0)[1:3]] == ["pause", "done"]
 
             await settle(pilot, "s", "y")  # step: one phase, still paused
             assert recorded_store.iterations("demo")[-1].phase == Phase.EVALUATE

@@ -20,7 +20,7 @@ def test_calls_that_extend_each_other_share_history_and_a_rewrite_branches() -> 
                         call(2, [1, 2, 9], [10])])
     assert [(v.parent, v.shared, v.branch) for v in views] == [(None, 0, False), (0, 5, False), (1, 2, True)]
     assert views[1].new_prompt == (6, 7) and views[1].sampled == (8,)
-    text = render(views, lambda ids: [f"<{i}>" for i in ids])
+    text = render(views, lambda ids: [f"<{i}>" for i in ids]).plain
     assert "⑂ branch: leaves call 1's sequence after 2 tokens" in text
     assert "<6><7>" in text and "<9>" in text
 
@@ -34,7 +34,7 @@ def test_a_failed_call_is_outside_the_tree_and_its_retry_continues_the_last_call
     assert [(v.parent, v.shared, v.branch, v.in_tree) for v in views] == [
         (None, 0, False, True), (None, 0, False, False), (0, 3, False, True)]
     assert views[2].new_prompt == (4,) and views[1].new_prompt == ()
-    assert "not in the prefix tree" in render(views, None) and "engine: 500" in render(views, None)
+    assert "not in the prefix tree" in render(views, None).plain and "engine: 500" in render(views, None).plain
 
 
 def test_calls_that_do_not_fit_together_are_refused_as_the_trainer_refuses_them() -> None:
@@ -59,7 +59,7 @@ def test_phase_timeline_durations_current_and_future() -> None:
               Event("phase", "validate", "r", {"iteration": 0}, created_at=140.0),
               Event("phase", "practise", "r", {"iteration": 0}, created_at=205.0)]
     line = phase_timeline(it, events, now=215.0)
-    assert line.startswith("synthesize 40s › validate 1m05s › [reverse] practise 10s [/] › [dim]train[/]")
+    assert line.markup.startswith("synthesize 40s › validate 1m05s › [reverse] practise 10s [/reverse] › [dim]train[/dim]")
 
 
 def test_a_finished_phase_keeps_its_duration_while_the_loop_waits() -> None:
@@ -67,8 +67,8 @@ def test_a_finished_phase_keeps_its_duration_while_the_loop_waits() -> None:
     it = Iteration(1, "r", 0, Phase.DIAGNOSE, IterationStatus.RUNNING, 0, 100.0)
     events = [Event("phase", "evaluate", "r", {"iteration": 0}, created_at=100.0)]
     line = phase_timeline(it, events, now=500.0, done={"evaluate": 20.0})
-    assert "evaluate 20s › [reverse] diagnose [/]" in line
-    assert "evaluate 6m40s" in phase_timeline(it, events, now=500.0)  # what the starts alone would say
+    assert "evaluate 20s › [reverse] diagnose [/reverse]" in line.markup
+    assert "evaluate 6m40s" in phase_timeline(it, events, now=500.0).plain  # what the starts alone would say
 
 
 def test_the_bundled_tokenizer_decodes_token_by_token(tmp_path) -> None:
@@ -88,10 +88,10 @@ def test_the_bundled_tokenizer_decodes_token_by_token(tmp_path) -> None:
 def test_the_overview_shows_the_last_steps_signal(store) -> None:
     from appliance.tui.overview import learning_line
 
-    assert "no data yet" in learning_line(store, "run")
+    assert "no data yet" in learning_line(store, "run").plain
     store.add_metrics("run", 1, {"groups_with_signal": 3, "valid_groups": 8, "clip_ratio": 0.04,
                                  "logprob_gap_mean": 0.0012, "entropy": 1.25, "truncated_tokens": 17,
                                  "turns_mean": 2.5, "response_tokens_mean": 34.5})
-    line = learning_line(store, "run")
-    assert "signal [b]3[/b]/8 groups" in line and "clip 0.04" in line and "IS gap 0.001" in line
+    line = learning_line(store, "run").markup
+    assert "signal [bold]3[/bold]/8 groups" in line and "clip 0.04" in line and "IS gap 0.001" in line
     assert "entropy 1.25" in line and "cut 17 tok" in line and "2.5 turns" in line and "34 tok/reply" in line
