@@ -38,14 +38,14 @@ async def test_the_evaluation_in_flight_is_on_the_rollouts_screen(store, make_ap
         subtitle = str(app.screen.query_one("#step", Static).render())
         assert "iteration 1 · held-out evaluation · 2 tasks · 2/4 rollouts done, 1 running" in subtitle
         groups = app.screen.query_one("#groups", DataTable)
-        assert [groups.get_row_at(i)[:7] for i in range(groups.row_count)] == [
+        assert [[str(c) for c in groups.get_row_at(i)[:7]] for i in range(groups.row_count)] == [
             ["h0", "files/2", "2", "0", "2", "1", "0"], ["h1", "git/2", "2", "1", "0", "0", "0"]]
         rollouts = app.screen.query_one("#rollouts", DataTable)
-        assert [rollouts.get_row_at(i)[0] for i in range(rollouts.row_count)] == ["h0.eval1", "h0.eval1.1"]
+        assert [str(rollouts.get_row_at(i)[0]) for i in range(rollouts.row_count)] == ["h0.eval1", "h0.eval1.1"]
 
         await settle(pilot, "e")  # by hand: back to the practice groups of the iteration
         assert "1 groups" in str(app.screen.query_one("#step", Static).render())
-        assert app.screen.query_one("#groups", DataTable).get_row_at(0)[0] == "g0"
+        assert str(app.screen.query_one("#groups", DataTable).get_row_at(0)[0]) == "g0"
         await settle(pilot, "e")
         assert "held-out evaluation" in str(app.screen.query_one("#step", Static).render())
 
