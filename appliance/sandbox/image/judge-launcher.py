@@ -1,6 +1,6 @@
 """The verifier's launcher inside a sandbox: the only process whose words the host takes as a verdict.
 
-Started by the host as the top process of a fresh `podman exec` through an execute-only copy of the
+Started by the host as the top process of its own `podman exec` (one per sandbox) through an execute-only copy of the
 interpreter (/usr/local/libexec/appliance/judge-python3, mode 0711): the kernel marks a process that
 executes a file it cannot read as not dumpable, so no other process of the sandbox's uid may ptrace it,
 read or write its memory (/proc/PID/mem) or open its file descriptors (/proc/PID/fd/*). Its stdout is
