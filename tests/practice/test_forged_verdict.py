@@ -3,17 +3,12 @@ loop. Real Podman, real sandboxes, the built-in harness driven by a scripted pol
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from appliance.config import Settings
-from appliance.practice import Practice, RolloutResult, new_rollout, run_rollout
-from appliance.sandbox import SandboxPool
+from appliance.practice import Practice
 from appliance.schemas import Outcome, RolloutStatus
-from appliance.store import Store
 from appliance.tasks import TaskSpec
-from appliance.testing import ScriptedPolicy
+from practice.conftest import attempt  # tests/practice/conftest.py
 
 pytestmark = pytest.mark.slow  # real Podman
 
@@ -60,20 +55,6 @@ for d in glob.glob("/proc/[0-9]*"):
 ctypes.CDLL(None).ptrace(16, os.getppid(), 0, 0)
 '''
 FORGED_COUNT = f"python3 - <<'PAYLOAD'\n{PAYLOAD}PAYLOAD\necho 2\n"
-
-
-@pytest.fixture
-def practice(sandbox_settings: Settings, tmp_path: Path):
-    store = Store(tmp_path / "p.db")
-    p = Practice(sandbox_settings, store, "127.0.0.1", 9, SandboxPool(sandbox_settings, 2, sweep_orphans=False))
-    yield p
-    store.close()
-
-
-def attempt(practice: Practice, spec: TaskSpec, command: str) -> RolloutResult:
-    policy = ScriptedPolicy([f"```bash\n{command}\n```", "DONE"])
-    practice.client_transport = policy.transport
-    return run_rollout(practice, spec, new_rollout(practice.store, harness="builtin", policy_version=0, group_id="g"))
 
 
 def test_code_the_verifier_runs_cannot_forge_its_verdict(practice: Practice) -> None:

@@ -10,14 +10,13 @@ from pathlib import Path
 import pytest
 
 from appliance.config import Settings
-from appliance.practice import Practice, RolloutResult, new_rollout, run_rollout
-from appliance.sandbox import LABEL, SandboxPool
+from appliance.practice import Practice
+from appliance.sandbox import LABEL
 from appliance.sandbox.podman import podman
 from appliance.schemas import Outcome
-from appliance.store import Store
 from appliance.tasks import TaskSpec
 from appliance.tasks import validate as v
-from appliance.testing import ScriptedPolicy
+from practice.conftest import attempt  # tests/practice/conftest.py
 
 pytestmark = pytest.mark.slow  # real Podman
 
@@ -26,20 +25,6 @@ CHECK = "import json, sys\nsys.exit(0 if json.load(open('answer.json')) == {'x':
 JSON_TASK = TaskSpec(id="json-1", family="pyfix", difficulty=1, instruction="Write {\"x\": 42} into answer.json.",
                      files={"check.py": CHECK}, protected=["check.py"], verify="python3 check.py\n",
                      solution="echo '{\"x\": 42}' > answer.json\n")
-
-
-@pytest.fixture
-def practice(sandbox_settings: Settings, tmp_path: Path):
-    store = Store(tmp_path / "p.db")
-    p = Practice(sandbox_settings, store, "127.0.0.1", 9, SandboxPool(sandbox_settings, 2, sweep_orphans=False))
-    yield p
-    store.close()
-
-
-def attempt(practice: Practice, spec: TaskSpec, command: str) -> RolloutResult:
-    policy = ScriptedPolicy([f"```bash\n{command}\n```", "DONE"])
-    practice.client_transport = policy.transport
-    return run_rollout(practice, spec, new_rollout(practice.store, harness="builtin", policy_version=0, group_id="g"))
 
 
 def labelled(settings: Settings) -> set[str]:
