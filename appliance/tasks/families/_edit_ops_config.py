@@ -41,7 +41,7 @@ def _ini(c: Ctx) -> Case:
                 dict(src=src, what=what, old=old, new=new))
 
 
-@op("edit", "edit-yaml-value", (2, 3, 4), "GNU sed: s||| on one line of a YAML file", "sed -i", [
+@op("edit", "edit-yaml-value", (2, 3, 4), "GNU sed: s with another delimiter on one line of a YAML file", "sed -i", [
     "Set {what} in {src} to {new} (it is {old} now). Touch nothing else.",
     "We're about to deploy and noticed {src} still has {what} at {old}. It needs to be {new}. Can you change "
     "just that? The file is reviewed line by line, so no reformatting please.",

@@ -133,7 +133,7 @@ def _config_value(c: Ctx) -> Case:
                 dict(src=src, out=out, sec=sec, key=key))
 
 
-@op("answer", "answer-log-date", (2, 3, 4), "GNU grep | head/tail | cut over a dated log", "grep", [
+@op("answer", "answer-log-date", (2, 3, 4), "GNU grep, then head or tail and cut, over a dated log", "grep", [
     "On what date did the {pos} {level} in {src} happen? Write it as YYYY-MM-DD to {out}.",
     "The nightly job has been flaky. From {src}, can you tell me the date of the {pos} {level} line? Put the "
     "date (YYYY-MM-DD, the way the log writes it) in {out}.",

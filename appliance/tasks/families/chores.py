@@ -84,7 +84,7 @@ def _gather(c: Ctx) -> Case:
                 dict(d=d, ext=ext, dest=dest, lst=lst))
 
 
-@op("chores", "chore-csv-top", (2, 3, 4), "GNU awk filter | sort -t, -k -nr | head | cut", "sort", [
+@op("chores", "chore-csv-top", (2, 3, 4), "GNU awk filter, then sort -t, -k -nr, head, cut", "sort", [
     "From {src}, take the {region} orders, find the {n} with the highest {total}, and write their {idcol}s, "
     "highest first, one per line, to {out}.",
     "For the regional review I need the top {n} orders from {region} in {src}, ranked by {total} (biggest "
@@ -133,7 +133,7 @@ def _merge_count(c: Ctx) -> Case:
                 dict(a=a, b=b, merged=merged, cnt=cnt))
 
 
-@op("chores", "chore-bundle-count", (3, 4), "GNU findutils find | tar -czf -T, then wc -l", "tar", [
+@op("chores", "chore-bundle-count", (3, 4), "GNU findutils find, then tar -czf -T and wc -l", "tar", [
     "Pack every .{ext} file under {d}/ (any depth, paths kept) into {arch}, and write how many files went in to {cnt}.",
     "Before the migration I'd like a backup of just the .{ext} files from {d}/ and its subfolders, as {arch}, "
     "with their paths as they are. Also note in {cnt} how many files the archive holds.",
