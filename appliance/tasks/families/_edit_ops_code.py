@@ -50,20 +50,21 @@ def _constant(c: Ctx) -> Case:
                 dict(src=src, symptom=symptom.format(good=good, bad=bad)))
 
 
-# (function source with {op} and {n}, the right operator, the wrong one, the symptom, calls -> values at n)
+# (function source with {op} and {n}, the right operator, the wrong one, the symptom, calls -> values at n,
+# the range n is drawn from)
 COMPARISONS = [
     ("def can_vote(age):\n    \"\"\"Whether a person of this age may vote.\"\"\"\n    return age {op} {n}", ">=", ">",
      "people who are exactly {n} are told they cannot vote, but {n} is old enough",
-     lambda n: [(f"can_vote({n})", True), (f"can_vote({n - 1})", False), (f"can_vote({n + 5})", True)]),
+     lambda n: [(f"can_vote({n})", True), (f"can_vote({n - 1})", False), (f"can_vote({n + 5})", True)], (16, 21)),
     ("def strong_enough(password):\n    # the policy: at least {n} characters\n    return len(password) {op} {n}", ">=", ">",
      "a password of exactly {n} characters is rejected, though the policy says at least {n}",
-     lambda n: [(f"strong_enough('x' * {n})", True), (f"strong_enough('x' * {n - 1})", False)]),
+     lambda n: [(f"strong_enough('x' * {n})", True), (f"strong_enough('x' * {n - 1})", False)], (8, 16)),
     ("def is_late(minutes):\n    \"\"\"Late means more than {n} minutes after the start.\"\"\"\n    return minutes {op} {n}", ">", ">=",
      "someone arriving exactly {n} minutes after the start is marked late, but only more than {n} counts",
-     lambda n: [(f"is_late({n})", False), (f"is_late({n + 1})", True), ("is_late(0)", False)]),
+     lambda n: [(f"is_late({n})", False), (f"is_late({n + 1})", True), ("is_late(0)", False)], (3, 15)),
     ("def in_stock(count):\n    return count {op} {n}", ">=", ">",
      "a product with exactly {n} left in stock shows as sold out (at least {n} means it is available)",
-     lambda n: [(f"in_stock({n})", True), (f"in_stock({n - 1})", False)]),
+     lambda n: [(f"in_stock({n})", True), (f"in_stock({n - 1})", False)], (1, 3)),
 ]
 
 
@@ -77,11 +78,11 @@ COMPARISONS = [
 def _comparison(c: Ctx) -> Case:
     src = c.src("py", ["rules", "checks", "policy", "validate"])
     which = c.rng.randrange(len(COMPARISONS))
-    ns = [c.rng.randint(3, 21) for _ in COMPARISONS]
+    ns = [c.rng.randint(*t[-1]) for t in COMPARISONS]
     lines = [f'"""Checks used by the {c.pick(["sign-up form", "front desk", "shop"])}."""']
     for i, (fn, good, bad, *_) in enumerate(COMPARISONS):
         lines += ["", ""] + fn.format(op=bad if i == which else good, n=ns[i]).split("\n")
-    fn, good, bad, symptom, calls = COMPARISONS[which]
+    fn, good, bad, symptom, calls, _ = COMPARISONS[which]
     broken = fn.format(op=bad, n=ns[which]).split("\n")[-1]
     idx = lines.index(broken)
     fixed = broken.replace(f" {bad} ", f" {good} ")

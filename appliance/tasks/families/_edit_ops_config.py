@@ -16,7 +16,7 @@ from appliance.tasks.families._ops import Case, Ctx, op, q, text_of
     "Heads-up from the infra channel: {what} in {src} still says {old}, but since the move it has to be {new}. "
     "Could you fix that value? Please leave the rest of the file (comments and all) exactly as it is.",
     "{src}: {what} shoud be {new} not {old}, pls fix",
-    "{what} in {src} must read {new} from now on (it is {old}); nothing else in the file may change.",
+    "From now on, {what} in {src} must read {new} (it is {old}); nothing else in the file may change.",
 ])
 def _ini(c: Ctx) -> Case:
     src = c.src("ini", ["app", "deploy", "service", "staging"])
@@ -72,7 +72,7 @@ def _yaml(c: Ctx) -> Case:
     "Small config fix: {src} has {what} set to {old}, which is why {symptom}. It should be {new}. Could you "
     "change only that value? Keep the formatting, other people diff this file.",
     "{src} - {what} needs to be {new} insted of {old}",
-    "{what} in {src} should become {new} (from {old}); every other line stays byte for byte.",
+    "In {src}, {what} should become {new} (from {old}); every other line stays byte for byte.",
 ])
 def _json(c: Ctx) -> Case:
     src = c.src("json", ["settings", "config", "app"])
