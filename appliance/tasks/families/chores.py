@@ -156,3 +156,27 @@ def _bundle(c: Ctx) -> Case:
     return Case(hits | rest, verify,
                 f"find {d} -name '*.{ext}' > /tmp/list\ntar -czf {arch} -T /tmp/list\nwc -l < /tmp/list > {cnt}",
                 dict(d=d, ext=ext, arch=arch, cnt=cnt))
+
+
+@op("chores", "chore-rename-list", (3, 4), "bash: for loop with ${f%.ext}, then ls", "mv", [
+    "Give every .{old} file in {d}/ the extension .{new} instead, then write the names of all .{new} files in "
+    "{d}/ (sorted, one per line) to {lst}.",
+    "The camera app saved some pictures in {d}/ as .{old}, and the gallery only picks up .{new}. Could you "
+    "rename those so they end in .{new} (same names otherwise), and then put a sorted list of every .{new} "
+    "file in that folder into {lst}? The other files are fine as they are.",
+    "rename the .{old} files in {d}/ to .{new} and afterwards list all the .{new} names there (sorted) into {lst}",
+    "No .{old} file should be left in {d}/: each becomes .{new} under the same name, and {lst} lists every .{new} "
+    "file of {d}/ alphabetically.",
+])
+def _rename_list(c: Ctx) -> Case:
+    d, lst = c.pick(["photos", "camera", "pictures"]), c.pick(["names.txt", "gallery.txt", "list.txt"])
+    old, new = c.pick([("jpeg", "jpg"), ("JPG", "jpg"), ("JPEG", "jpg")])
+    stems = c.pick(LETTERS, c.rng.randint(5, 7))
+    renamed, kept = stems[:-2], stems[-2:-1]  # the last stem is an unrelated .txt file
+    files = {f"{d}/{s}.{old}": f"{sentence(c.rng)}\n" for s in renamed}
+    files |= {f"{d}/{s}.{new}": f"{sentence(c.rng)}\n" for s in kept} | {f"{d}/{stems[-1]}.txt": "caption list\n"}
+    verify = "\n".join([f"text_is({d + '/' + s + '.' + new!r}, {files[f'{d}/{s}.{old}']!r})\n" + gone(f"{d}/{s}.{old}")
+                        for s in renamed] + [f"text_is({p!r}, {t!r})" for p, t in files.items() if not p.endswith(old)]
+                       + [lines_is(lst, sorted(f"{s}.{new}" for s in renamed + kept))])
+    return Case(files, verify, f"for f in {d}/*.{old}; do mv \"$f\" \"${{f%.{old}}}.{new}\"; done\n"
+                f"ls {d} | grep '\\.{new}$' > {lst}", dict(d=d, old=old, new=new, lst=lst))
