@@ -16,8 +16,11 @@ from types import ModuleType
 
 from appliance.errors import ApplianceError
 from appliance.tasks.families import (
+    answer,
     archive,
+    chores,
     data,
+    edit,
     files,
     find,
     git,
@@ -32,7 +35,7 @@ from appliance.tasks.families._ops import HINTS, REGISTRY, Op, all_ops
 from appliance.tasks.format import TaskSpec
 
 FAMILIES: dict[str, ModuleType] = {m.FAMILY: m for m in (files, text, data, pyfix, pipeline, git, replace, script,
-                                                          find, jsondata, archive)}
+                                                          find, jsondata, archive, answer, chores, edit)}
 LEVELS = (1, 2, 3, 4, 5)
 SPLITS = ("train", "heldout")
 __all__ = ["FAMILIES", "HINTS", "LEVELS", "REGISTRY", "SPLITS", "Op", "all_ops", "family", "generate", "seed_rng",

@@ -1,41 +1,27 @@
-"""Git: init, commit, branch, revert, merge with a conflict. Setup builds the history in the workspace."""
+"""Git: init, commit, branch, revert, merge with a conflict. Setup builds the history in the workspace.
+
+The operations beyond the basics (amend with a forgotten file, revert or cherry-pick one commit, find the
+commit that introduced a string, restore a file as of an older commit) are in _git_ops_history.py."""
 
 from __future__ import annotations
 
 import random
 
+from appliance.tasks.families import _git_ops_history  # noqa: F401  (register the history operations)
 from appliance.tasks.families._common import NAMES, WORDS, make, pick, q, spelled_out
+from appliance.tasks.families._git_common import GIT_PRELUDE, REPO
+from appliance.tasks.families._git_common import commit as _commit
 from appliance.tasks.families._ops import Case, Ctx, generate_family, op
 from appliance.tasks.format import TaskSpec
 
 FAMILY = "git"
-DESCRIPTION = "git operations: init, commit, branch, revert, merge"
-
-# The repo carries its own identity so commits work in a fresh sandbox with an empty $HOME.
-REPO = ("git init -q -b main\ngit config user.name agent\ngit config user.email agent@example.com\n"
-        "git config commit.gpgsign false\n")
-
-# The verifier's workspace copy may belong to another uid than the verifier: git would refuse it as
-# "dubious ownership" without a safe.directory entry in a global config of our own.
-GIT_PRELUDE = """
-import tempfile
-_home = tempfile.mkdtemp()
-with open(os.path.join(_home, ".gitconfig"), "w") as _f:
-    _f.write("[safe]\\n\\tdirectory = *\\n")
-GENV = dict(os.environ, HOME=_home, GIT_CONFIG_NOSYSTEM="1")
-def git(*args):
-    r = run(["git", *args], env=GENV)
-    return r.stdout.strip() if r.returncode == 0 else None
-"""
+DESCRIPTION = ("git operations: init, commit, branch, merge; amend, revert or cherry-pick one commit, find the "
+               "commit that introduced a string, restore a file from history")
 
 
 def generate(level: int, rng: random.Random, *, split: str = "train", hint: str | None = None) -> TaskSpec:
     return generate_family(FAMILY, level, rng, split=split, hint=hint,
                            legacy=dict(enumerate([_l1, _l2, _l3, _l4, _l5], 1)))
-
-
-def _commit(msg: str) -> str:
-    return f"git add -A\ngit commit -q -m {q(msg)}\n"
 
 
 def _l1(rng: random.Random) -> TaskSpec:

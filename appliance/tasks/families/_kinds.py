@@ -1,0 +1,73 @@
+"""What the request-shaped kinds share (answer, chores, edit, git history): verifier snippets for an answer
+written into a named file and for a one-line edit, and the registers their requests are written in.
+
+The requests state a goal with some context (and some irrelevant detail), in several registers: terse,
+chatty, one with a typo, and a goal-only one (the last, held out). None of them names the tool: the hint
+ladder (`_ops.render`) does that."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Sequence
+
+ANSWERS = ["answer.txt", "result.txt", "reply.txt", "findings.txt", "out.txt"]
+
+
+def answer_is(path: str, want: str, also: tuple[str, ...] = ()) -> str:
+    """The file `path` holds exactly `want` (or one of `also`); only whitespace at its ends is ignored."""
+    ok = [want, *also]
+    return (f"_ans = read({path!r})\n"
+            f"check(_ans is not None and _ans.strip() in {ok!r}, {path!r} + ' does not exist: the answer must be "
+            f"written into it (printing it is not enough)' if _ans is None else {path!r} + ' should hold exactly ' "
+            f"+ {want!r} + ', found ' + repr(_ans[:200]))")
+
+
+# One line of a file changes, every other line stays byte-identical (a final newline may come or go), so
+# a file rewritten from memory fails even when its changed line is right.
+_ONE_LINE = r'''
+import re
+def one_line(path, orig, idx, pattern, what):
+    got = read(path)
+    if not check(got is not None, f"{path} should still exist"):
+        return
+    want, have = orig.rstrip("\n").split("\n"), got.rstrip("\n").split("\n")
+    if not check(len(have) == len(want), f"{path} should keep its {len(want)} lines (only one line changes), "
+                                         f"it has {len(have)}"):
+        return
+    line = have[idx]
+    if pattern is None:
+        check(line != want[idx], f"{what}: line {idx + 1} of {path} is still {line!r}")
+    else:
+        check(re.fullmatch(pattern, line) is not None, f"{what}: line {idx + 1} of {path} is {line!r}")
+    diff = [i for i in range(len(want)) if i != idx and want[i] != have[i]]
+    check(not diff, f"every other line of {path} should stay exactly as it was: line {diff[0] + 1} was "
+                    f"{want[diff[0]]!r}, now {have[diff[0]]!r}" if diff else "")
+'''
+
+
+def one_line(path: str, original: str, index: int, pattern: str | None, what: str) -> str:
+    """Checks: line `index` (0-based) of `path` matches the regex `pattern` (None: differs from the original),
+    and every other line of the original is there unchanged."""
+    return _ONE_LINE + f"one_line({path!r}, {original!r}, {index}, {pattern!r}, {what!r})"
+
+
+def py_checks(module: str, calls: Sequence[tuple[str, object]], what: str) -> str:
+    """Checks: importing `module` from the workspace and evaluating each expression gives its value (run in a
+    child interpreter, so a broken edit is a failed check, not a crashed verifier)."""
+    code = ("import json, sys; sys.path.insert(0, '.'); sys.dont_write_bytecode = True\n"
+            f"import {module} as m\n"
+            f"print('\\nRESULT=' + json.dumps([repr(eval(e, vars(m))) for e in {[e for e, _ in calls]!r}]))")
+    want = [repr(v) for _, v in calls]
+    return (f"_r = run(['python3', '-B', '-c', {code!r}])\n"
+            "_out = _r.stdout.rsplit('RESULT=', 1)\n"
+            "_got = json.loads(_out[1]) if _r.returncode == 0 and len(_out) == 2 else None\n"
+            f"for _e, _w, _g in zip({[e for e, _ in calls]!r}, {want!r}, _got or [None] * {len(calls)}):\n"
+            f"    check(_g == _w, {what!r} + f': {{_e}} should be {{_w}}, got {{_g}}'"
+            " + ('' if _got is not None else ' (' + (_r.stderr.strip().splitlines() or ['no output'])[-1][:200] + ')'))")
+
+
+def sed_line(old: str, new: str, path: str) -> str:
+    """The reference edit: `sed -i` replacing one whole line (these lines hold no '|', '&' or quote)."""
+    esc = re.sub(r"([.*\[\]^$\\])", r"\\\1", old)
+    return f"sed -i 's|^{esc}$|{new}|' {shlex.quote(path)}"
