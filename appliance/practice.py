@@ -125,7 +125,7 @@ def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> Rollout
             else:
                 spec_h = harness_settings(settings, rollout.harness)
                 ext = run_external(sb, spec_h, instruction=spec.instruction, token=token,
-                                   max_turns=spec.limits.max_turns)
+                                   max_turns=min(settings.harness.max_turns, spec.limits.max_turns))
                 turns = len([c for c in store.model_calls(rollout.id) if c.status == "ok"])
                 episode = external_episode(ext.exit_code, ext.timed_out, turns, ext.stderr)
                 answer = ext.answer
