@@ -31,7 +31,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -77,6 +77,7 @@ def demonstrate(settings: Settings, spec: TaskSpec, *, start: SandboxStarter | N
 
     starter = start or (lambda **kw: Sandbox.start(settings, **kw))
     limits = limits or Limits.from_settings(settings.harness)
+    limits = replace(limits, max_turns=min(limits.max_turns, spec.limits.max_turns))  # as practice caps it
     messages = first_messages(request_of(spec.instruction, spec.answer))
     answer = {"role": "assistant", "content": command_block(spec.solution)}
     action = parse_action(answer)
@@ -133,6 +134,8 @@ def demonstrate(settings: Settings, spec: TaskSpec, *, start: SandboxStarter | N
                 wrong, program = slip
                 if sb.exec(f"command -v {shlex.quote(program)}", timeout=30).exit_code != 0:  # truly no such program
                     turn(wrong, keep=lambda r: r.exit_code == 127, trained=False)
+            elif shape == "fix":
+                shape = "check" if not (room(3) and _printed_then_checked(sb, spec, turn)) else shape
             result = turn(spec.solution)  # parsed back to itself above, and always kept
             if shape == "check" and result.exit_code == 0 and room(1):
                 for check in episode_shapes.check_candidates(spec.instruction):
@@ -152,6 +155,22 @@ def demonstrate(settings: Settings, spec: TaskSpec, *, start: SandboxStarter | N
         return DemoRun(messages, False, f"{type(e).__name__}: {e.message}")
     finally:
         shutil.rmtree(workspace, ignore_errors=True)
+
+
+def _printed_then_checked(sb: Any, spec: TaskSpec, turn: Callable[..., Any]) -> bool:
+    """The fix shape's first two turns (`episode_shapes`): the solution's output printed instead of written
+    (context), then a look at the file it should have made, which really is missing (trained). False, with
+    nothing shown, when the solution does not allow it or the slip printed nothing; the slip only reads."""
+    slip = episode_shapes.printed_instead(spec.solution, spec.instruction)
+    if slip is None:
+        return False
+    printed, target = slip
+    if sb.exec(f"test -e {shlex.quote(target)}", timeout=30).exit_code == 0:
+        return False  # the file is there before the solution: a look at it would find no mistake
+    if turn(printed, keep=lambda r: r.exit_code == 0 and bool(r.stdout.strip()) and not r.timed_out,
+            trained=False) is None:
+        return False
+    return turn(f"head -n 20 {shlex.quote(target)}", keep=lambda r: r.exit_code != 0) is not None
 
 
 def chat_tokenizer(model_path: Path) -> ChatTokenizer:

@@ -13,6 +13,11 @@ spread evenly over a pool):
     recover  the solution's first command with its program name misspelled (it cannot run: bash answers
              "command not found", exit 127); the whole solution; DONE. The mistaken turn stays in the
              context but is never trained (its tokens are masked out): the lesson is the next turn.
+    fix      the solution with the output printed instead of written to the file the request names (the
+             slip trained agents make most on requests they were not trained on: issue 29), as context;
+             a check of that file, which is missing (trained: a check that finds a real mistake pays);
+             the solution; DONE. Only for a solution that ends in `> FILE` after commands that only read
+             (`printed_instead`), so the slip changes nothing; for any other solution, the check shape.
 
 Only the turns that move the task on are trained: the solution, a look the solution needs (below), the
 turn after a slip, DONE. An optional look or check stays in the context as the slip does, but its tokens
@@ -41,7 +46,7 @@ import hashlib
 import re
 import shlex
 
-SHAPES = ("solve", "look", "check", "recover")
+SHAPES = ("solve", "look", "check", "recover", "fix")
 
 # words that a misspelling would turn into a syntax error or an assignment, not a missing program
 _NOT_PROGRAMS = {"for", "while", "until", "if", "case", "function", "select", "time", "export", "declare",
@@ -126,6 +131,43 @@ def mistaken(solution: str) -> tuple[str, str] | None:
     program = words[0]
     wrong = program + program[-1]  # "zip" -> "zipp", "sort" -> "sortt": a slip, not another tool
     return wrong + first[len(program):], wrong
+
+
+# Programs that only read and print (with the options `_WRITES` refuses): the fix shape's slip runs one of
+# these pipelines twice, once printing, once into the file.
+_READERS = {"echo", "printf", "cat", "head", "tail", "sort", "uniq", "wc", "cut", "tr", "grep", "egrep", "fgrep",
+            "zgrep", "zcat", "sed", "jq", "find", "ls", "du", "basename", "dirname", "realpath", "stat", "comm",
+            "join", "paste", "nl", "tac", "rev", "column", "fold", "expand", "seq", "md5sum", "sha256sum", "date",
+            "diff", "awk", "git"}
+_GIT_READERS = {"log", "show", "rev-list", "diff", "status", "blame", "rev-parse", "shortlog", "ls-files", "grep"}
+# the options with which a reader writes after all
+_WRITES = {"sed": re.compile(r"(?:^|\s)(?:-\w*i|--in-place)|/w\b|\bw\s"), "sort": re.compile(r"(?:^|\s)(?:-\w*o|--output)"),
+           "find": re.compile(r"-delete|-exec|-ok|-fprint"), "awk": re.compile(r"system|>|\|&?\s*\"|fflush|getline")}
+_FINAL_WRITE = re.compile(r"\s+>\s*([\w./-]+)\s*$")
+
+
+def printed_instead(solution: str, instruction: str) -> tuple[str, str] | None:
+    """(the solution with its final `> FILE` dropped, FILE) for the fix shape, or None unless FILE is named
+    in the request and everything before the redirect only reads: one pipeline or `&&`/`;` chain of
+    `_READERS` without writing options, no other redirect out, no substitution or here-document."""
+    text = solution.strip()
+    m = _FINAL_WRITE.search(text)
+    if not m or m.group(1) not in instruction:
+        return None
+    body = text[:m.start()].strip()
+    if not body or any(c in body for c in (">", "`", "$(", "<(", "<<", "\n")):
+        return None
+    for part in re.split(r"\|\|?|&&|;", body):
+        try:
+            words = shlex.split(part)
+        except ValueError:
+            return None
+        writes = _WRITES.get(words[0]) if words else None
+        if not words or words[0] not in _READERS or (writes is not None and writes.search(part)):
+            return None
+        if words[0] == "git" and (len(words) < 2 or words[1] not in _GIT_READERS):
+            return None
+    return body, m.group(1)
 
 
 def untrained_mask(mask: list[int], assistant_turns: int, untrained: set[int]) -> list[int] | None:

@@ -18,7 +18,7 @@ from appliance.demonstrations import (
     spread_over_operations,
     to_demonstration,
 )
-from appliance.episode_shapes import unseen_names
+from appliance.episode_shapes import printed_instead, unseen_names
 from appliance.harness.builtin import SYSTEM_PROMPT
 from appliance.schemas import Demonstration, Split, Task, TaskStatus
 from appliance.store import Store
@@ -77,6 +77,26 @@ def test_each_episode_shape_runs_real_turns_and_still_solves_the_task(sandbox_se
     demo = to_demonstration(recover.messages, task_of(spec), char_tokenize, untrained=recover.untrained)
     trained = "".join(chr(i) for i, m in zip(demo.token_ids, demo.mask) if m)
     assert trained == command_block(spec.solution) + FINISH  # the slip is context, never a target
+
+
+def test_the_fix_shape_prints_instead_of_writing_looks_finds_the_file_missing_and_fixes_it(
+        sandbox_settings: Settings) -> None:
+    spec = next(s for s in synthesize("pipeline", 2, 4, seed="fix0") if printed_instead(s.solution, s.instruction))
+    printed, target = printed_instead(spec.solution, spec.instruction)
+    run = demonstrate(sandbox_settings, spec, shape="fix")
+    assert run.error is None and run.passed, run
+    said = [m["content"] for m in run.messages if m["role"] == "assistant"]
+    assert said == [command_block(printed), command_block(f"head -n 20 {target}"), command_block(spec.solution),
+                    FINISH]
+    assert run.messages[3]["content"].startswith("exit code 0")  # the slip printed its output
+    assert "No such file" in run.messages[5]["content"]  # the look finds the file missing, for real
+    assert run.untrained == (0,)  # the slip is context; the look that finds it and the fix are lessons
+    # a solution whose slip would not only read gets the check shape instead
+    other = next(s for s in synthesize("files", 3, 3, seed="fix1") if not printed_instead(s.solution, s.instruction)
+                 and not s.meta.get("first_attempt"))
+    run = demonstrate(sandbox_settings, other, shape="fix")
+    assert run.passed and [m["content"] for m in run.messages if m["role"] == "assistant"][0] == command_block(
+        other.solution)
 
 
 def test_an_episode_whose_solution_uses_an_unnamed_file_looks_first_whatever_its_shape(

@@ -13,6 +13,7 @@ from appliance.episode_shapes import (
     mistaken,
     named_dirs,
     named_files,
+    printed_instead,
     shape_of,
     unseen_names,
     untrained_mask,
@@ -69,3 +70,18 @@ def test_names_the_solution_uses_and_the_request_never_gives_are_unseen() -> Non
     assert unseen_names("Reverse plan.txt into reversed.txt.", "tac plan.txt > reversed.txt") == []
     assert look_commands(request, deep=False) == ["ls -la"]
     assert look_commands("Tidy logs/ up.", deep=True) == ["ls -la logs", "find logs -maxdepth 3 -not -path '*/.git/*'"]
+
+
+def test_the_fix_slip_drops_only_a_final_write_after_commands_that_only_read() -> None:
+    assert printed_instead("head -n 2 data.txt > top.txt", "the first two lines into top.txt") == (
+        "head -n 2 data.txt", "top.txt")
+    assert printed_instead("find repo -name '*.csv' | sort > found.txt", "list them in found.txt") == (
+        "find repo -name '*.csv' | sort", "found.txt")
+    assert printed_instead("git rev-list --count HEAD > count.txt", "count.txt")[0] == "git rev-list --count HEAD"
+    assert printed_instead("grep -ic error log > out.txt", "out.txt")[0] == "grep -ic error log"
+    for solution in ("sed -i s/a/b/ x > y.txt", "sort -o z x > y.txt", "find . -name x -delete > y.txt",
+                     "sort -u a b > all.txt && wc -l < all.txt > y.txt", "grep -c x a >> y.txt",
+                     "git commit -m x > y.txt", "rm a; ls > y.txt", "echo $(rm x) > y.txt", "cat <<EOF > y.txt",
+                     "awk '{print | \"sh\"}' a > y.txt", "sed -n 's/a/b/w z' x > y.txt"):
+        assert printed_instead(solution, "into y.txt") is None, solution
+    assert printed_instead("head -n 2 data.txt > top.txt", "a request that names no file") is None

@@ -190,13 +190,14 @@ class TrainingSettings(Section):
     )
     demo_mix_min: int = Field(8, ge=0, description="Fewest demonstrations mixed into a later LEARN phase (when the "
                               "pool has them), so an iteration without successes still learns.")
-    demo_shapes: list[Literal["solve", "look", "check", "recover"]] = Field(
-        ["solve", "look", "check", "recover"], min_length=1,
+    demo_shapes: list[Literal["solve", "look", "check", "recover", "fix"]] = Field(
+        ["solve", "look", "check", "recover", "fix"], min_length=1,
         description="Episode shapes of reference demonstrations, one per task (a hash of its id picks it): 'solve' "
         "= the solution then DONE; 'look' = ls first; 'check' = a look at the result before DONE; 'recover' = a "
-        "misspelled first command (exit 127) and then the solution. The optional look, the check and the slip "
-        "are context, masked out of the loss; a look the solution needs (a file the request does not name) is "
-        "trained, whatever the shape. ['solve'] alone "
+        "misspelled first command (exit 127) and then the solution; 'fix' = the output printed instead of written "
+        "to the named file, a look at that file (missing), then the solution. The optional look, the idle check "
+        "and the slips are context, masked out of the loss; a look the solution needs (a file the request does "
+        "not name) and a check that finds a real mistake are trained, whatever the shape. ['solve'] alone "
         "teaches 'one command, then DONE' whatever the command printed (see appliance/episode_shapes.py).")
 
 
