@@ -173,6 +173,7 @@ def test_one_climbing_iteration_through_the_real_phases(sandbox_settings: Settin
     settings.training.demo_warmstart_tasks = 1
     settings.loop.warmstart_first = warmstart_first
     settings.evaluation.samples_per_task = 2
+    settings.evaluation.devset = False  # 66 dev tasks x k answered `true` would only add minutes (tests/test_evaluate.py)
     store = Store(settings.db_path)
     solutions: dict[str, str] = {}
 
