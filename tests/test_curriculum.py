@@ -156,6 +156,7 @@ def test_one_climbing_iteration_through_the_real_phases(sandbox_settings: Settin
     import httpx
 
     from appliance.practice import Practice
+    from appliance.proxy.routes import hash_token
     from appliance.sandbox import SandboxPool
     from appliance.testing import FakeEngine
     from test_demonstrations import char_tokenize  # tests/test_demonstrations.py
@@ -175,12 +176,15 @@ def test_one_climbing_iteration_through_the_real_phases(sandbox_settings: Settin
     settings.evaluation.samples_per_task = 2
     settings.evaluation.devset = False  # 66 dev tasks x k answered `true` would only add minutes (tests/test_evaluate.py)
     store = Store(settings.db_path)
-    solutions: dict[str, str] = {}
 
     def answer(request: httpx.Request) -> httpx.Response:
+        # the policy "knows" each task's reference solution: the route's token names the rollout, hence the
+        # task (two tasks may share a request and differ in a file it does not name: "the only .log file")
         messages = _json.loads(request.content)["messages"]
-        task = messages[1]["content"].removeprefix("Task: ")
-        content = "DONE" if len(messages) > 2 else f"```bash\n{solutions.get(task, 'true')}\n```"
+        token = request.url.path.split("/")[2]
+        rollout = store.rollout_by_route(hash_token(token))
+        solution = store.get_task(rollout.task_id).spec["solution"].strip() if rollout and rollout.task_id else "true"
+        content = "DONE" if len(messages) > 2 else f"```bash\n{solution}\n```"
         return httpx.Response(200, json={"choices": [{"message": {"role": "assistant", "content": content}}],
                                          "usage": {"completion_tokens": 3}})
 
@@ -188,11 +192,7 @@ def test_one_climbing_iteration_through_the_real_phases(sandbox_settings: Settin
                         log=lambda _: None, client_transport=httpx.MockTransport(answer))
     lp = Loop(settings, store, FakeEngine(), practice, log=lambda _: None, chat_tokenizer=char_tokenize)
     run = lp.run.id
-    for t in store.tasks(run):
-        solutions[t.spec["instruction"].strip()] = t.spec["solution"].strip()
     while lp.tick():
-        for t in store.tasks(run):  # new tasks of each round: the policy "knows" their solutions
-            solutions[t.spec["instruction"].strip()] = t.spec["solution"].strip()
         if store.iterations(run)[-1].index > 1:
             break
     its = store.iterations(run)
