@@ -13,12 +13,15 @@ round, and the pool sees its latest verdict: it comes back until it is too easy.
 from __future__ import annotations
 
 import inspect
+import random
 from collections.abc import Callable
 from typing import Any
 
 from appliance.config import Settings
 from appliance.schemas import Split, Task, TaskStatus
 from appliance.store import Store
+from appliance.tasks import TaskSpec
+from appliance.tasks.compose import compose_round
 from appliance.tasks.difficulty import decide, replay_pool, size_round
 from appliance.tasks.families import generate, seed_rng, synthesize
 
@@ -85,6 +88,8 @@ def synthesize_round(store: Store, settings: Settings, run_id: str, iteration: i
                 store.add_validation(copy_id, "replay", True, None, {"replay_of": old.id})
                 store.set_task_status(copy_id, TaskStatus.VALID)
                 made["replay"] += 1
+    if lp.compose:
+        made["composed"] = _compose(store, run_id, iteration, tasks, levels, lp.compose, exclude)
     if lp.propose and generate_text is not None:
         from appliance.tasks.propose import propose_tasks
 
@@ -96,6 +101,20 @@ def synthesize_round(store: Store, settings: Settings, run_id: str, iteration: i
                                                     spec.source, Split.TRAIN, TaskStatus.PROPOSED, spec.to_spec(),
                                                     iteration=iteration))
     return {"levels": levels, "made": made, "plan": [vars(p) for p in plan]}
+
+
+def _compose(store: Store, run_id: str, iteration: int, tasks: list[Task], levels: dict[str, int], n: int,
+             exclude: set[str]) -> int:
+    """`n` two-part requests (tasks.compose) from the run's valid training tasks at their family's frontier
+    level (two frontier tasks in a row: harder than either); stored as proposed, so VALIDATE decides."""
+    parts = [TaskSpec.from_spec(t.spec) for t in tasks
+             if t.status == TaskStatus.VALID and t.family in levels and t.difficulty == levels[t.family]]
+    made = 0
+    for spec in compose_round(parts, n, random.Random(f"{run_id}:{iteration}:compose"), exclude):
+        spec.meta.update(iteration=iteration, round="composed")
+        made += store.add_task(Task(f"{run_id}.{spec.id}", run_id, spec.family, spec.difficulty, spec.source,
+                                    Split.TRAIN, TaskStatus.PROPOSED, spec.to_spec(), iteration=iteration))
+    return made
 
 
 def _draw(family: str, level: int, count: int, hinted: int, hint: str | None, *, seed: str,

@@ -64,7 +64,7 @@ def main() -> int:
             for config in args.configs:
                 max_tokens, temperature = int(config.split(":")[0]), float(config.split(":")[1])
 
-                def ask(family: str, seed: int) -> str:
+                def ask(family: str, seed: int, max_tokens: int = max_tokens, temperature: float = temperature) -> str:
                     prompt = PROMPT.format(family=family, description=FAMILIES[family].DESCRIPTION, level=LEVEL)
                     r = httpx.post(f"{engine.base_url}/v1/chat/completions", timeout=1800, json={
                         "model": engine.model_name(), "messages": [{"role": "user", "content": prompt}],

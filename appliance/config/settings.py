@@ -283,6 +283,10 @@ class LoopSettings(Section):
         0.25, ge=0, le=1, description="Share of each family's new tasks one level above its frontier (with hints "
         "where the family offers them)."
     )
+    compose: int = Field(
+        2, ge=0, description="Two-part requests made each SYNTHESIZE from the run's valid training tasks at their "
+        "family's frontier level (appliance.tasks.compose): the second synthesis routine, teacher-free (the parts' "
+        "references and verifiers). 0 = off.")
     propose: bool = Field(
         False, description="Let the policy propose tasks during synthesis (appliance.tasks.propose). Off until "
         "proposed task code is validated in isolation (issue 14): do not turn on before that lands."
