@@ -8,9 +8,9 @@ import pytest
 
 from appliance.config import Settings
 from appliance.curriculum import synthesize_round
+from appliance.sandbox import Sandbox
 from appliance.schemas import Split, Task, TaskStatus
 from appliance.store import Store
-from appliance.sandbox import Sandbox
 from appliance.tasks import TaskSpec, verify_workspace
 from appliance.tasks.compose import compose, compose_round
 from appliance.tasks.families import synthesize
