@@ -86,7 +86,8 @@ def run_appliance(settings: Settings, *, iterations: int | None = None, headless
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        with services(settings, store, log) as svc:
+        # the lock first: a second process must not start an engine on the port or sweep the sandboxes
+        with store.loop_lock(), services(settings, store, log) as svc:
             loop = Loop(settings, store, svc.engine, svc.practice, log)
             sched = scheduler.start(loop)
             try:

@@ -35,6 +35,14 @@ class NotFoundError(StoreError):
     """A row that was asked for by id does not exist."""
 
 
+class StoreBusy(StoreError):
+    """Another process held the store's write lock for longer than the busy timeout; nothing was written."""
+
+
+class LoopLocked(StoreError):
+    """Another process runs the loop on this store already (its pid is in the message)."""
+
+
 class SandboxError(ApplianceError):
     """Podman could not start, run or clean up a sandbox."""
 
@@ -49,6 +57,10 @@ class SetupError(ApplianceError):
 
 class TrajectoryError(ApplianceError):
     """A rollout's recorded model calls break the contract the prefix-tree builder relies on."""
+
+
+class EvaluationError(ApplianceError):
+    """An evaluation has no evidence: every rollout it ran ended in an infra error."""
 
 
 class ControlError(ApplianceError):

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from appliance.config import Settings
+from appliance.errors import EvaluationError
 from appliance.schemas import Outcome, Rollout, Split, Task, TaskStatus
 from appliance.store import Store
 from appliance.tasks.difficulty import wilson
@@ -164,17 +165,31 @@ def _sample(store: Store, run_id: str, iteration: int, policy_version: int, chos
             rid = f"{task.id}.eval{iteration}" + (f".{j}" if j else "")
             r = new_rollout(store, harness=harness, policy_version=policy_version, run_id=run_id, task_id=task.id,
                             iteration=iteration, purpose="eval", rollout_id=rid)
+            if r.outcome == Outcome.INFRA_ERROR:  # an earlier attempt's: the machine failed it, not the policy
+                store.redraw_rollout(r.id)
             work.append((TaskSpec.from_spec(task.spec), r.id))
     run_pending(work)
     cells: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
     by_task = {t.id: t for t in chosen}
+    infra = []
     for r in store.rollouts(run_id, iteration=iteration, purpose="eval"):
         evaluated = by_task.get(r.task_id or "")
-        if evaluated is None or r.outcome in (None, Outcome.INFRA_ERROR):
+        if evaluated is None or r.outcome is None:
+            continue
+        if r.outcome == Outcome.INFRA_ERROR:
+            infra.append(r)
             continue
         cell = cells[(evaluated.family, evaluated.difficulty)]
         cell[0] += 1
         cell[1] += r.outcome == Outcome.SUCCESS
+    if work and not cells:
+        # No evidence is not a pass@1 of 0: recording 0 of 0 would draw a collapse on the curve and move on.
+        # The phase fails instead; its next attempt redraws these (above), and `loop.phase_attempts` bound it.
+        first = infra[0].error if infra else "no rollout finished"
+        raise EvaluationError(
+            f"evaluation of iteration {iteration}: all {len(infra)} of {len(work)} rollouts ended in infra errors "
+            f"(the first: {first})", "see `appliance doctor` and logs/ for the engine and Podman; the next attempt "
+            "draws them again")
     return cells
 
 

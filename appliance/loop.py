@@ -24,18 +24,13 @@ from typing import Protocol
 
 import httpx
 
+from appliance.attempts import Attempts
 from appliance.config import Settings
 from appliance.control import answer_pending
 from appliance.curriculum import control, synthesize_round
-from appliance.demonstrations import (
-    ChatTokenizer,
-    DemoMix,
-    chat_tokenizer,
-    prepare_demonstrations,
-    training_mix,
-)
+from appliance.demonstrations import ChatTokenizer, DemoMix, chat_tokenizer, prepare_demonstrations, training_mix
 from appliance.diagnosis import build_report, render_markdown
-from appliance.errors import ApplianceError, Interrupted
+from appliance.errors import ApplianceError, Interrupted, StoreBusy
 from appliance.evaluate import evaluate_devset, evaluate_heldout
 from appliance.evaluate import learning_curve as learning_curve_with_intervals
 from appliance.hindsight import relabel_hindsight
@@ -88,6 +83,7 @@ class Loop:
         self.families = self.settings.loop.families or list(FAMILIES)
         self.run = self.ensure_run()
         self._step_pending = False
+        self.attempts = Attempts(self.settings.loop.phase_attempts)
 
     # --- the run --------------------------------------------------------------------------------
     def ensure_run(self) -> Run:
@@ -125,7 +121,15 @@ class Loop:
         return self.store.get_run(self.run.id).status in (RunStatus.DONE, RunStatus.STOPPED, RunStatus.FAILED)
 
     def tick(self) -> bool:
-        """Advance the run by one phase; False when there was nothing to do (paused, done, outside window)."""
+        """Advance the run by one phase; False when there was nothing to do (paused, done, outside window), the
+        store was busy (nothing written; the next tick retries) or the phase failed its last attempt."""
+        try:
+            return self._tick()
+        except StoreBusy as e:
+            self.log(f"the loop waits: {e.message}")
+            return False
+
+    def _tick(self) -> bool:
         self._answer_controls()
         run = self.store.get_run(self.run.id)
         if run.status != RunStatus.RUNNING and not (run.status == RunStatus.PAUSED and self._step_pending):
@@ -155,10 +159,13 @@ class Loop:
             self.event("info", f"iteration {current.index}: {current.phase} interrupted ({e}); it goes on at the next start",
                        iteration=current.index, phase=str(current.phase))
             return False
-        except ApplianceError as e:
-            self.store.set_iteration_status(run.id, current.index, IterationStatus.FAILED, error=str(e))
-            self.event("error", f"iteration {current.index} {current.phase} failed: {e.message}", hint=e.hint)
+        except StoreBusy:
+            raise  # not the phase's failure, and nothing can be recorded: `tick` waits for the store
+        except Exception as e:  # a bug uses up an attempt as an ApplianceError does
+            if self.attempts.failed(self.store, run.id, current.index, str(current.phase), e, self.log):
+                return False
             raise
+        self.attempts.succeeded()
         self.event("info", f"iteration {current.index}: {current.phase} done", time.monotonic() - t0,
                    iteration=current.index, phase=str(current.phase))
         nxt = phases.index(current.phase) + 1
@@ -167,8 +174,7 @@ class Loop:
         else:
             self.store.set_iteration_phase(run.id, current.index, Phase.DONE)
             self.store.set_iteration_status(run.id, current.index, IterationStatus.DONE)
-        if self._step_pending:
-            self._step_pending = False
+        self._step_pending = False
         return True
 
     def _answer_controls(self) -> None:

@@ -48,6 +48,8 @@ ROOMS = [
                        "recommends, or why it cannot fit"),
     Room(3, ("lineage",), "the model's identity: the recorded base model (content hash), the policy versions "
                           "trained from it, the start-up check, `appliance model use`, labels, the model card"),
+    Room(3, ("attempts",), "bounded retries of the loop's phases: failed attempts in a row of one phase, and the "
+                           "failed run (with the cause in its events) after `loop.phase_attempts` of them"),
     Room(4, ("serving",), "the inference engine process: launch vLLM (GPU build, or the CPU build for the embedded "
                           "default), health, sleep/wake, weight sync, canary"),
     Room(4, ("sandbox",), "Podman sandboxes: offline image build, hardened run, persistent shell, file transfer, "

@@ -247,6 +247,9 @@ class LoopSettings(Section):
         None, description="Practise and train only inside this local time window, e.g. '22:00-06:00'; None = always."
     )
     tick_s: float = Field(2.0, gt=0, description="How often the scheduler calls the loop's reconciler.")
+    phase_attempts: int = Field(
+        3, ge=1, description="Attempts a phase gets in a row (one a tick) before the run stops as failed with the "
+        "cause in its events; `appliance run` continues the run once the cause is fixed.")
     analysis: bool = Field(True, description="Let the policy write the short analysis in each capability report.")
     warmstart_first: bool = Field(
         True, description="With demonstrations on, the first iteration of a run that has no trained weights yet "

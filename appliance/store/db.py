@@ -9,6 +9,7 @@ the file only through `conn`, `write` and `one`.
 from __future__ import annotations
 
 import fcntl
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from typing import Any
 
 import sqlite_utils
 
-from appliance.errors import StoreError
+from appliance.errors import LoopLocked, StoreBusy, StoreError
 from appliance.store.schema import migrations
 
 BUSY_TIMEOUT_MS = 30_000
@@ -67,6 +68,42 @@ class Database:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
+    @contextmanager
+    def loop_lock(self) -> Iterator[None]:
+        """Held by the one process that runs the loop on this store, for as long as it runs it.
+
+        Two loops on one store would run the same phase twice, draw the same rollouts and sweep each other's
+        sandboxes, so a second `appliance run` is refused, naming the first's pid. An flock on a file
+        beside the store: the kernel drops it when the holder dies, even by kill -9, so a stale pid in the
+        file never locks anyone out.
+        """
+        lock_path = self.path.with_name(self.path.name + ".loop-lock")
+        try:
+            lock = open(lock_path, "a+")  # noqa: SIM115 - closed below, on every path
+        except OSError as e:
+            raise StoreError(f"cannot open the store's loop lock {lock_path}: {e}",
+                             "check that APPLIANCE_HOME points to a writable directory") from e
+        try:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                lock.seek(0)
+                holder = lock.read().strip() or "unknown"
+                raise LoopLocked(
+                    f"another appliance process (pid {holder}) is running the loop on {self.path}",
+                    f"wait for it, stop it (`appliance stop`, or kill {holder}), or give this one its own data "
+                    "directory (APPLIANCE_HOME)") from None
+            lock.truncate(0)
+            lock.write(f"{os.getpid()}\n")
+            lock.flush()
+            try:
+                yield
+            finally:
+                lock.truncate(0)
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        finally:
+            lock.close()
+
     @property
     def conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -82,9 +119,20 @@ class Database:
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
-        """One short write transaction; the write lock is taken at BEGIN, not at the first write."""
+        """One short write transaction; the write lock is taken at BEGIN, not at the first write.
+
+        Another process that holds the write lock past the busy timeout (an open `sqlite3` shell, a copy
+        tool) makes the BEGIN fail: `StoreBusy`, before anything was written, so the caller can wait."""
         conn = self.conn
-        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) and "busy" not in str(e):
+                raise
+            raise StoreBusy(
+                f"another process held the store's write lock ({self.path}) for over {BUSY_TIMEOUT_MS / 1000:g} s",
+                f"find it with `fuser {self.path}` and end its transaction; the loop carries on once it is "
+                "released") from e
         try:
             yield conn
         except BaseException:

@@ -8,7 +8,7 @@ import sqlite3
 from collections.abc import Iterable
 from typing import Any
 
-from appliance.errors import NotFoundError
+from appliance.errors import NotFoundError, TransitionError
 from appliance.schemas import (
     ROLLOUT_TRANSITIONS,
     ModelCall,
@@ -92,6 +92,22 @@ class RolloutRecords(Database):
             self._retire_route(c, rollout_id)  # a call still in flight must not land on the re-run
             c.execute("UPDATE rollouts SET status = ?, started_at = NULL, turns = 0 WHERE id = ?",
                       (RolloutStatus.PENDING, rollout_id))
+
+    def redraw_rollout(self, rollout_id: str) -> None:
+        """The machine failed this rollout (outcome infra_error): forget its calls and samples and draw it
+        again. The one way out of `finished`, which stays final for every outcome the policy earned."""
+        with self.write() as c:
+            row = c.execute("SELECT status, outcome FROM rollouts WHERE id = ?", (rollout_id,)).fetchone()
+            if row is None:
+                raise NotFoundError(f"no rollout {rollout_id!r}")
+            if (row["status"], row["outcome"]) != (RolloutStatus.FINISHED, Outcome.INFRA_ERROR):
+                raise TransitionError(f"rollout {rollout_id!r} ({row['status']}, outcome {row['outcome']}) "
+                                      "cannot be drawn again", "only a finished infra error is redrawn")
+            c.execute("DELETE FROM model_calls WHERE rollout_id = ?", (rollout_id,))
+            c.execute("DELETE FROM samples WHERE rollout_id = ?", (rollout_id,))
+            self._retire_route(c, rollout_id)
+            c.execute("UPDATE rollouts SET status = ?, outcome = NULL, reward = NULL, error = NULL, turns = 0, "
+                      "started_at = NULL, finished_at = NULL WHERE id = ?", (RolloutStatus.PENDING, rollout_id))
 
     def finish_rollout(self, rollout_id: str, outcome: Outcome, reward: float, *, error: str | None = None,
                        turns: int | None = None, samples: list[Sample] | None = None) -> None:
