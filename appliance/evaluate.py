@@ -141,7 +141,7 @@ def evaluate_heldout(store: Store, settings: Settings, run_id: str, iteration: i
         store.set_eval(run_id, iteration, policy_version, family, level, n, passed)
     result = pass_at_1([{"difficulty": lvl, "n": n, "passed": p} for (_, lvl), (n, p) in cells.items()],
                        k=k, tasks=len(chosen))
-    store.add_metrics(run_id, iteration, {"heldout_pass@1": result.pass_at_1, "heldout_low": result.low,
+    store.set_metrics(run_id, iteration, {"heldout_pass@1": result.pass_at_1, "heldout_low": result.low,
                                           "heldout_high": result.high, "heldout_tasks": float(len(chosen)), "heldout_k": float(k)})
     return result
 
@@ -239,7 +239,7 @@ def evaluate_devset(store: Store, settings: Settings, run_id: str, iteration: in
     for cat, c in result.by_level.items():
         for what in ("n", "passed", "low", "high"):  # the report reads these (diagnosis cannot import evaluate)
             metrics[f"dev_{what}.{cat}"] = c[what]
-    store.add_metrics(run_id, iteration, metrics)
+    store.set_metrics(run_id, iteration, metrics)
     return result
 
 

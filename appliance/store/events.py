@@ -45,6 +45,16 @@ class EventLog(Database):
             c.executemany("INSERT INTO metrics (run_id, step, name, value, created_at) VALUES (?,?,?,?,?)",
                           [(run_id, step, k, float(v), t) for k, v in values.items()])
 
+    def set_metrics(self, run_id: str | None, step: int, values: dict[str, float]) -> None:
+        """`add_metrics` for results a re-run recomputes (an evaluation): the step's rows of these names are
+        replaced, so a phase redone after a crash or a failed attempt leaves one value, not two."""
+        t = now()
+        with self.write() as c:
+            c.executemany("DELETE FROM metrics WHERE run_id IS ? AND step = ? AND name = ?",
+                          [(run_id, step, k) for k in values])
+            c.executemany("INSERT INTO metrics (run_id, step, name, value, created_at) VALUES (?,?,?,?,?)",
+                          [(run_id, step, k, float(v), t) for k, v in values.items()])
+
     def metric_series(self, run_id: str | None, name: str) -> list[tuple[int, float]]:
         rows = self.conn.execute(
             "SELECT step, value FROM metrics WHERE run_id IS ? AND name = ? ORDER BY step, id", (run_id, name))
