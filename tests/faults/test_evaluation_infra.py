@@ -26,6 +26,8 @@ class Machine:
 
     def __call__(self, work) -> None:
         for _, rid in work:
+            if self.store.get_rollout(rid).status != RolloutStatus.PENDING:
+                continue  # finished before: the loop's runner runs pending rollouts only
             self.ran.append(rid)
             self.store.start_rollout(rid)
             if self.broken > 0:
