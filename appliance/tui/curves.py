@@ -79,7 +79,7 @@ def rate_chart(chart: Chart, width: int, rows: int) -> Content:
     head = Content.styled(chart.title, "bold")
     if not chart.points:
         return Content.assemble(head, "  ", ("no evaluation yet", "dim"))
-    plot = width - AXIS
+    plot = width - AXIS - 2  # 2 columns to the right for the last iteration's number
     slot = max(1, min(MAX_SLOT, plot // len(chart.points)))
     shown = chart.points[-(plot // slot):]
     cols = slot * len(shown)
@@ -110,7 +110,7 @@ def rate_chart(chart: Chart, width: int, rows: int) -> Content:
 
 def x_labels(points: list[Point], centres: list[int], cols: int) -> str:
     """The iteration numbers under their columns, as many as fit with a space between them."""
-    out = [" "] * (cols + 8)
+    out = [" "] * (cols + 2)
     free = 0
     for p, col in zip(points, centres):
         text = f"{p.x:g}"
