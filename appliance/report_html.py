@@ -5,7 +5,9 @@ over iterations, the training metrics over optimizer steps (loss, reward, groups
 engine/trainer logprob gap) read from the store's `metrics` rows, and the report itself (its Markdown
 rendered as HTML tables, lists and headings, so every section the report gains appears here too).
 
-The page needs nothing but a browser: the charts are inline SVG drawn here, the style is one <style>
+The points come from `appliance.charts` (the TUI's curves screen reads the same); the transfer dev set's
+curve is shown when the run evaluated it. The page needs nothing but a browser: the charts are inline SVG
+drawn here, the style is one <style>
 block, there is no script and no link to fetch. Every stored string (task text, agent output, family
 names) is escaped with `html.escape`: task text and agent output are hostile. It is written to a
 partial file beside the destination and renamed, so a reader never sees half a page.
@@ -18,39 +20,14 @@ import math
 import os
 import re
 import time
-from collections import defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from appliance.charts import Chart, devset_chart, heldout_charts, training_charts
 from appliance.errors import ApplianceError
-from appliance.evaluate import learning_curve, wilson
 from appliance.store import Store
 
-# (metric name in `metrics`, label): the training signals a reader asks about first
-TRAINING_METRICS = [
-    ("loss", "GRPO loss"), ("sft_loss", "SFT loss"), ("reward_mean", "reward (mean)"),
-    ("groups_with_signal", "groups with signal"), ("logprob_gap_mean", "logprob gap, engine vs trainer"),
-    ("is_ratio_mean", "engine IS ratio (mean)"),
-]
 MAX_MARKERS = 80  # a series with more points is drawn as a line alone: thousands of circles help nobody
-
-
-@dataclass
-class Point:
-    x: float
-    y: float
-    low: float | None = None  # the 95 % interval, where the point has one
-    high: float | None = None
-    label: str = ""  # what hovering the point says
-
-
-@dataclass
-class Chart:
-    title: str
-    x_label: str
-    points: list[Point] = field(default_factory=list)
-    percent: bool = False  # y is a pass rate: the axis runs 0-100 %
 
 
 def write_html(store: Store, run_id: str, report: dict[str, Any], markdown: str, path: Path) -> Path:
@@ -78,6 +55,7 @@ def render_page(store: Store, run_id: str, report: dict[str, Any], markdown: str
     body = "## " + body if body else ""
     curve, families, levels = heldout_charts(store, run_id, iteration)
     training = training_charts(store, run_id)
+    dev = devset_chart(store, run_id, iteration)
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{esc(f'appliance report: run {run_id}, iteration {iteration}')}</title>",
@@ -89,6 +67,7 @@ def render_page(store: Store, run_id: str, report: dict[str, Any], markdown: str
         svg_chart(curve, width=640, height=280),
         '<h3>Per family</h3><div class="grid">', *(svg_chart(c) for c in families), "</div>",
         '<h3>Per level</h3><div class="grid">', *(svg_chart(c) for c in levels), "</div>",
+        ('<h3>Transfer dev set</h3>' + svg_chart(dev)) if dev.points else "",
         '<h2 id="training">Training over optimizer steps</h2>',
         '<div class="grid">', *(svg_chart(c) for c in training), "</div>",
         '<hr><div class="report">', markdown_html(body), "</div>",
@@ -99,56 +78,6 @@ def render_page(store: Store, run_id: str, report: dict[str, Any], markdown: str
 
 def esc(text: object) -> str:
     return html.escape(str(text), quote=True)
-
-
-# --- the data ------------------------------------------------------------------------------------
-
-def _rate_point(x: int, passed: int, n: int, what: str) -> Point:
-    low, high = wilson(passed, n)
-    rate = passed / n if n else 0.0
-    return Point(x, rate, low, high, f"{what} {x}: {rate:.0%} [{low:.0%}, {high:.0%}] ({passed}/{n})")
-
-
-def heldout_charts(store: Store, run_id: str, iteration: int | None) -> tuple[Chart, list[Chart], list[Chart]]:
-    """The learning curve up to the report's iteration, and the same per family and per level."""
-    last = iteration if iteration is not None else math.inf
-    curve = Chart("held-out pass@1 (all families)", "iteration", percent=True)
-    for it, p in learning_curve(store, run_id):
-        if it <= last:
-            curve.points.append(Point(it, p.pass_at_1, p.low, p.high,
-                                      f"iteration {it}: {p.describe()}"))
-    cells: dict[tuple[str, str], dict[int, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
-    for e in store.evals(run_id):
-        if e["iteration"] > last:
-            continue
-        for key in (("family", e["family"]), ("level", f"L{e['difficulty']}")):
-            cell = cells[key][e["iteration"]]
-            cell[0] += int(e["passed"])
-            cell[1] += int(e["n"])
-
-    def charts(kind: str) -> list[Chart]:
-        out = []
-        for (k, name), by_iter in sorted(cells.items(), key=lambda kv: _natural(kv[0][1])):
-            if k == kind:
-                out.append(Chart(name, "iteration", [_rate_point(it, p, n, "iteration")
-                                                     for it, (p, n) in sorted(by_iter.items())], percent=True))
-        return out
-
-    return curve, charts("family"), charts("level")
-
-
-def training_charts(store: Store, run_id: str) -> list[Chart]:
-    out = []
-    for name, label in TRAINING_METRICS:
-        points = [Point(step, value, label=f"step {step}: {value:.4g}")
-                  for step, value in store.metric_series(run_id, name) if math.isfinite(value)]
-        out.append(Chart(label, f"optimizer step · {name}", points))
-    return out
-
-
-def _natural(name: str) -> tuple[Any, ...]:
-    """L2 before L10."""
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
 
 
 # --- the charts ----------------------------------------------------------------------------------

@@ -72,9 +72,11 @@ ROOMS = [
     Room(7, ("diagnosis",), "the capability report from the store"),
     Room(7, ("control",), "pause / resume / step / stop-after-iteration: requests in the `controls` table and "
                           "the one contract that answers them (`answer_pending`, used by the loop and its fakes)"),
-    Room(7, ("evaluate",), "held-out pass@1 with its 95 % Wilson interval, k samples per task, within an "
-                           "evaluation budget; the one pass@1 the report, the curve, the CLI and the TUI use; "
-                           "the dev set's, per category, beside it"),
+    Room(7, ("evaluate", "charts"), "held-out pass@1 with its 95 % Wilson interval, k samples per task, within an "
+                                    "evaluation budget; the one pass@1 the report, the curve, the CLI and the TUI "
+                                    "use; the dev set's, per category, beside it; `charts`: the curves' points "
+                                    "(per iteration, family and level with intervals; training metrics per step) "
+                                    "that the HTML report and the TUI's curves screen draw"),
     Room(7, ("demonstrations", "episode_shapes", "hindsight"),
          "teacher-free demonstrations: reference solutions run through the built-in harness's formatting in a "
          "sandbox as episodes of a shape (solve, look first, check after, recover from a slip; only the turns "
@@ -89,7 +91,8 @@ ROOMS = [
                               "as inline SVG, the report's tables; every stored string escaped"),
     Room(9, ("scheduler",), "APScheduler wiring only: its job calls `Loop.tick`"),
     Room(9, ("tui",), "Textual app: reads the store, sends commands through `control`; the TUI `appliance run` "
-                      "opens is a window onto the run, so q detaches it and the run goes on headless"),
+                      "opens is a window onto the run, so q detaches it and the run goes on headless; six "
+                      "screens, the curves one drawing `charts` in characters"),
     Room(9, ("setup", "doctor", "status", "rollout_view"),
          "`appliance init` (store, Podman config, bundled model, images), the preflight, the status summary, the "
          "trajectory printout"),

@@ -1,4 +1,4 @@
-"""The Textual app: five screens over the store, switched with the number keys.
+"""The Textual app: six screens over the store, switched with the number keys.
 
 Everything the app touches from outside comes in through `ApplianceApp(...)`: a store factory (tests
 hand in a fixture store), a system probe, a clock and a token decoder factory, so the same app runs
@@ -23,6 +23,7 @@ from textual.binding import Binding
 from appliance.schemas import Run
 from appliance.store import Store
 from appliance.tui.controls import ControlsScreen
+from appliance.tui.curves import CurvesScreen
 from appliance.tui.overview import OverviewScreen
 from appliance.tui.reports import ReportsScreen
 from appliance.tui.rollouts import RolloutsScreen
@@ -46,6 +47,7 @@ class ApplianceApp(App):
         "rollouts": RolloutsScreen,
         "reports": ReportsScreen,
         "controls": ControlsScreen,
+        "curves": CurvesScreen,
     }
     DEFAULT_MODE = "overview"
     BINDINGS = [
@@ -54,6 +56,7 @@ class ApplianceApp(App):
         Binding("3", "switch_mode('rollouts')", "Rollouts"),
         Binding("4", "switch_mode('reports')", "Reports"),
         Binding("5", "switch_mode('controls')", "Controls"),
+        Binding("6", "switch_mode('curves')", "Curves"),
     ]  # and q: Quit, or Detach in `appliance run`'s own window (set in __init__)
 
     def __init__(self, store_factory: StoreFactory, *, run_id: str | None = None, refresh_s: float = 0.5,

@@ -8,7 +8,7 @@ import pytest
 from textual.widgets import DataTable, Static
 
 from appliance.store import Store
-from hostile import BRACKETS, hostile_decoder, seed_hostile  # tests/hostile.py
+from hostile import BRACKETS, HOSTILE, RUN, hostile_decoder, seed_hostile  # tests/hostile.py
 
 pytestmark = pytest.mark.anyio  # Pilot is async; anyio's plugin runs the tests on asyncio
 
@@ -21,6 +21,7 @@ SCREENS = {
     "reports": ("4",),
     "reports_diff": ("4", "d"),
     "controls": ("5",),
+    "curves": ("6",),
 }
 
 
@@ -35,6 +36,8 @@ def shown(app) -> str:
 @pytest.mark.parametrize("name", list(SCREENS))
 async def test_every_screen_opens_on_hostile_text(name, store: Store, make_app, settle) -> None:
     seed_hostile(store)
+    for family in (HOSTILE, BRACKETS):  # a family name is stored text too (the curves screen lists them)
+        store.set_eval(RUN, 0, 0, family, 1, 4, 2)
     app = make_app(store, decoder_factory=lambda: hostile_decoder)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, *SCREENS[name])
@@ -44,7 +47,7 @@ async def test_every_screen_opens_on_hostile_text(name, store: Store, make_app, 
         assert "\x1b" not in text and "\x07" not in text
         if name not in ("rollouts", "controls", "overview"):  # the others show a stored text in full
             assert "[1 a=b:c]" in text, text
-        if name in ("task", "trajectory", "overview"):
+        if name in ("task", "trajectory", "overview", "curves"):
             assert "\\x1b]52;c;" in text, text  # shown as an escape, not dropped
     assert app._exception is None
 

@@ -17,6 +17,7 @@ SCREENS = {
     "reports": ("4",),
     "reports_diff": ("4", "d"),
     "controls": ("5",),
+    "curves": ("6",),
 }
 
 
@@ -28,7 +29,7 @@ def test_screen(name, recorded_store, make_app, snap_compare, settle) -> None:
     assert snap_compare(make_app(recorded_store), terminal_size=SIZE, run_before=run_before)
 
 
-@pytest.mark.parametrize("key", ["1", "2", "3", "4", "5"])
+@pytest.mark.parametrize("key", ["1", "2", "3", "4", "5", "6"])
 def test_screens_without_a_run(key, store, make_app, snap_compare, settle) -> None:
     async def run_before(pilot) -> None:
         await settle(pilot, key)
