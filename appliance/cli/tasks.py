@@ -1,4 +1,4 @@
-"""Commands for the practice tasks: families, synth, list, show, validate."""
+"""Commands for the practice tasks: families, synth, list, show, validate, import."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from appliance.errors import ApplianceError
 
 @main.group()
 def tasks() -> None:
-    """Practice tasks: synthesize, list, show, validate a task of your own, list the families."""
+    """Practice tasks: synthesize, list, show, validate a task of your own, import a benchmark, list the families."""
 
 
 @tasks.command("families")
@@ -144,3 +144,49 @@ def tasks_validate(ctx: click.Context, path: Path, as_json: bool) -> None:
 
     emit(result.as_dict(), as_json, human)
     sys.exit(0 if result.ok else 1)
+
+
+@tasks.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["intercode"]), default="intercode", show_default=True,
+              help="The input's format: a JSON list or JSON lines of {query, gold, setup?, files?}.")
+@click.option("--setup", "setup_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="A bash script every entry's workspace is built with (before the entry's own setup).")
+@click.option("--root", default="/testbed", show_default=True,
+              help="The benchmark's file system root; it becomes /workspace in queries, commands, setups, files.")
+@click.option("--family", default="intercode", show_default=True, help="The family the tasks are filed under.")
+@click.option("--difficulty", type=click.IntRange(1, 5), default=2, show_default=True, help="Their level 1..5.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(0, 3600, min_open=True), default=30.0,
+              show_default=True, help="Seconds each command (setup, gold, the agent's) may run.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write one task directory per valid task here instead of adding them to the store.")
+@click.option("--json", "as_json", is_flag=True, help="Print one row per entry (id, verdict, error) as JSON.")
+@click.pass_context
+@friendly_errors
+def tasks_import(ctx: click.Context, file: Path, fmt: str, setup_file: Path | None, root: str, family: str,
+                 difficulty: int, timeout_s: float, out: Path | None, as_json: bool) -> None:
+    """Convert benchmark entries into tasks: the gold command's output and workspace are the check.
+
+    Runs each gold command in a sandbox, then validates every task (docs/TASKS.md, "Importing tasks");
+    valid tasks enter the store (or --out DIR), rejected ones are stored with their reason. Exit 0 when
+    every entry became a valid task."""
+    from appliance.tasks.format import Limits
+    from appliance.tasks.importing import import_file
+
+    settings = settings_of(ctx)
+    setup = setup_file.read_text(encoding="utf-8") if setup_file else ""
+    options: dict[str, Any] = dict(setup=setup, root=root, family=family, difficulty=difficulty,
+                                   limits=Limits(max_turns=8, timeout_s=timeout_s))
+    if out is not None:
+        rows = import_file(settings, file, None, out=out, **options)
+    else:
+        with open_store(settings) as store:
+            rows = import_file(settings, file, store, **options)
+
+    def human(rs: list[dict[str, Any]]) -> None:
+        for r in rs:
+            echo(f"entry {r['entry']}: {r['id']} valid" if r["ok"] else str(r["error"]), err=not r["ok"])
+        echo(f"{sum(r['ok'] for r in rs)} of {len(rs)} entries imported")
+
+    emit(rows, as_json, human)
+    sys.exit(0 if rows and all(r["ok"] for r in rows) else 1)
