@@ -1,5 +1,6 @@
 """`appliance tui` in a real terminal (tmux at 80×24) against a store that another process updates:
-the stand-in for the headless appliance moves from synthesize to validate and answers a pause."""
+the stand-in for the headless appliance moves from synthesize to validate and answers a pause, then
+evaluates: its held-out rollouts show while they run, and the curves screen charts the result."""
 
 from __future__ import annotations
 
@@ -45,6 +46,43 @@ def test_tui_follows_a_live_appliance(tmp_path: Path, settings, tmux) -> None:
         wait_for(pane, r"the loop reports:\s+PAUSED")
         assert str(store.get_run("live").status) == "paused"
         tmux("send-keys", "-t", "tui", "q")
+    finally:
+        writer.terminate()
+        writer.wait(timeout=10)
+
+
+def test_tui_shows_a_live_evaluation_and_then_its_chart(tmp_path: Path, settings, tmux) -> None:
+    go = tmp_path / "go"
+    env = {**os.environ, "APPLIANCE_HOME": str(settings.home)}
+    writer = subprocess.Popen(
+        [sys.executable, str(Path(__file__).parent / "fake_appliance.py"), str(settings.db_path), "live", str(go)],
+        env=env)
+    try:
+        store = Store(settings.db_path)
+        wait_for(lambda: "yes" if store.latest_run() else "", "yes")
+        tmux("new-session", "-d", "-s", "eval", "-x", "80", "-y", "24",
+             f"TERM=xterm-256color COLORTERM= APPLIANCE_HOME={settings.home} {VENV_BIN}/appliance tui --refresh 0.2")
+
+        def pane() -> str:
+            return tmux("capture-pane", "-p", "-t", "eval")
+
+        wait_for(pane, r"overview · run live")
+        go.touch()
+        go.with_name("evaluate").touch()  # one held-out rollout finished, one still running
+        tmux("send-keys", "-t", "eval", "3")
+        shown = wait_for(pane, r"held-out evaluation · 2 tasks · 1/2 rollouts done, 1 running")
+        assert re.search(r"h0\s+files/1\s+1\s+0\s+1\s+1\s+0\s+1\.00", shown), shown
+        assert re.search(r"h0\.eval0\s+finished\s+success\s+1\.00", shown), shown
+        go.with_name("evaluated").touch()  # the last one fails: 1 of 2 passed
+        tmux("send-keys", "-t", "eval", "6")
+        chart = wait_for(pane, r"latest iteration 0: 50\.0% \[9\.5%, 90\.5%\] \(1/2\)")
+        lines = chart.splitlines()
+        axis = [i for i, line in enumerate(lines) if re.match(r"\s*(100|50|0)% ┤", line)]
+        assert len(axis) == 3, chart  # the 100 %, 50 % and 0 % rows of the chart, in an 80x24 pane
+        assert lines[axis[1]].rstrip().endswith("●"), chart  # the point on the 50 % row
+        assert "│" in lines[axis[0] + 1] and "│" in lines[axis[2] - 1], chart  # its interval bar, 9.5-90.5 %
+        assert re.search(r"L2\s+0\.00 → 0\.00", chart), chart
+        tmux("send-keys", "-t", "eval", "q")
     finally:
         writer.terminate()
         writer.wait(timeout=10)
