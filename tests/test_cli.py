@@ -161,3 +161,25 @@ def test_no_escape_from_stored_text_reaches_the_terminal(args: list[str], patch,
         assert "\\x1b]52;c;" in out or "\\x1b]0;" in out, out  # shown, not dropped silently
     if args[0] != "status":
         assert "[1 a=b:c]" in out or "hostile" in out
+
+
+@pytest.mark.parametrize("status", ["done", "failed"])
+def test_run_exits_non_zero_when_the_run_failed(status: str, tmp_path: Path, monkeypatch) -> None:
+    """A supervisor must see a failed run as a failure: `appliance run` exits 1 and says so, 0 when done."""
+    import appliance.app
+    from appliance.schemas import RunStatus
+    from appliance.store import Store
+
+    def fake_run_appliance(settings, **_):  # the loop's outcome, without engine or sandboxes
+        store = Store(settings.db_path)
+        store.create_run("r1", {"profile": "cpu"})
+        store.set_run_status("r1", RunStatus(status))
+        return "r1"
+
+    monkeypatch.setattr(appliance.app, "run_appliance", fake_run_appliance)
+    r = CliRunner().invoke(main, ["run", "--headless"], env={"APPLIANCE_HOME": str(tmp_path)})
+    assert f"run r1: {status}" in r.output
+    if status == "failed":
+        assert r.exit_code == 1 and "run r1 failed" in r.output and "appliance run` continues" in r.output
+    else:
+        assert r.exit_code == 0 and "failed" not in r.output

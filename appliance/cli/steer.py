@@ -52,16 +52,24 @@ def run(ctx: click.Context, iterations: int | None, headless: bool) -> None:
     from appliance.app import run_appliance
     from appliance.evaluate import learning_curve
     from appliance.lineage import start_label
+    from appliance.schemas import RunStatus
 
     settings = settings_of(ctx)
     headless = headless or not sys.stdout.isatty()
     run_id = run_appliance(settings, iterations=iterations, headless=headless,
                            log=lambda m: echo(m, err=True), progress=lambda m: echo(m, err=True))
     with open_store(settings) as store:
-        echo(f"run {run_id}: {store.get_run(run_id).status}")
+        status = store.get_run(run_id).status
+        echo(f"run {run_id}: {status}")
         echo("held-out learning curve (iteration: pass@1 [95 % interval]):")
         for it, p in learning_curve(store, run_id):
             echo(f"  {it}: {p.describe()}" + (f"  ({start_label(store, run_id)})" if it == 0 else ""))
+    if status == RunStatus.FAILED:
+        # a supervisor (systemd, a container restart policy, a script) must see a failed run as a failure;
+        # the cause was logged above when the run failed, and `appliance run` continues it once fixed
+        echo(f"run {run_id} failed: the cause is in the log above (and on the TUI's overview); fix it and "
+             "`appliance run` continues the run", err=True)
+        ctx.exit(1)
 
 
 @main.command()
