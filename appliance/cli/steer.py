@@ -79,7 +79,7 @@ def run(ctx: click.Context, iterations: int | None, headless: bool) -> None:
 @click.pass_context
 @friendly_errors
 def tui(ctx: click.Context, run_id: str | None, refresh_s: float) -> None:
-    """Watch and steer the appliance in the terminal (reads the store; keys 1-5 switch screens, q quits)."""
+    """Watch and steer the appliance in the terminal (reads the store; keys 1-6 switch screens, q quits)."""
     from appliance.tui import run_tui
 
     run_tui(settings_of(ctx), run_id=run_id, refresh_s=refresh_s)
