@@ -43,7 +43,7 @@ from recorded_run import T0, record_run, toy_decoder  # noqa: E402  (tests/recor
 ITERATIONS = 10
 GROUP = 8
 CHUNK = 50_000
-SCREENS = [("overview", "1"), ("tasks", "2"), ("rollouts", "3"), ("reports", "4"), ("controls", "5")]
+SCREENS = [("overview", "1"), ("tasks", "2"), ("rollouts", "3"), ("reports", "4"), ("controls", "5"), ("curves", "6")]
 
 
 def fill_big(store: Store, n_rollouts: int, calls_per_rollout: int) -> None:
@@ -72,12 +72,16 @@ def fill_big(store: Store, n_rollouts: int, calls_per_rollout: int) -> None:
             store.set_eval(run, it, it, f, 1, 20, rng.randrange(21))
     outcomes = list(Outcome)
 
+    def train_task(group: int) -> int:  # the store refuses a training rollout of a held-out task (every 10th)
+        t = group % 5000
+        return t + 1 if t % 10 == 0 else t
+
     def rollouts():
         for i in range(n_rollouts):
             it = min(i // per_it, ITERATIONS - 1)
             done = it < ITERATIONS - 1 or i % 3
             outcome = outcomes[i % 4] if done else None
-            yield Rollout(f"r{i:07d}", run, f"t{(i // GROUP) % 5000}", f"g{it}-{i // GROUP:06d}", it, "bash-agent", it,
+            yield Rollout(f"r{i:07d}", run, f"t{train_task(i // GROUP)}", f"g{it}-{i // GROUP:06d}", it, "bash-agent", it,
                           RolloutStatus.FINISHED if done else RolloutStatus.RUNNING, "train", outcome,
                           1.0 if outcome == Outcome.SUCCESS else 0.0 if done else None, None, calls_per_rollout,
                           created_at=T0 + i)
@@ -95,7 +99,8 @@ def fill_big(store: Store, n_rollouts: int, calls_per_rollout: int) -> None:
     for lo in range(0, n_rollouts, CHUNK // calls_per_rollout):
         store.add_model_calls(calls(lo, min(n_rollouts, lo + CHUNK // calls_per_rollout)))
     for step in range(2000):
-        store.add_metrics(run, step, {"reward_mean": rng.random(), "infra_error_rate": rng.random() / 10})
+        store.add_metrics(run, step, {"reward_mean": rng.random(), "infra_error_rate": rng.random() / 10,
+                                       "loss": rng.random(), "sft_loss": rng.random()})
     for i in range(20_000):
         store.add_event(Event("info", f"event {i}", run, {}, created_at=T0 + i))
 
