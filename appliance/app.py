@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING
 from appliance import scheduler
 from appliance.config import Settings
 from appliance.evaluate import learning_curve
-from appliance.loop import Engine, Loop
+from appliance.loop import Loop
 from appliance.practice import Practice
 from appliance.schemas import RolloutStatus
+from appliance.seams import Engine
 from appliance.store import Store
 
 if TYPE_CHECKING:
@@ -79,6 +80,8 @@ def run_appliance(settings: Settings, *, iterations: int | None = None, headless
                   log: Callable[[str], None] = print, progress: Callable[[str], None] | None = None) -> str:
     """`appliance run`: start the services, let the scheduler drive the loop until the run ends; returns
     the run id. SIGTERM and Ctrl-C stop cleanly; a kill -9 is recovered by the next start."""
+    from appliance.serving.text import policy_text
+
     if iterations is not None:
         settings = settings.model_copy(deep=True)
         settings.loop.iterations = iterations
@@ -88,7 +91,7 @@ def run_appliance(settings: Settings, *, iterations: int | None = None, headless
     try:
         # the lock first: a second process must not start an engine on the port or sweep the sandboxes
         with store.loop_lock(), services(settings, store, log) as svc:
-            loop = Loop(settings, store, svc.engine, svc.practice, log)
+            loop = Loop(settings, store, svc.engine, svc.practice, log, generate_text=policy_text(svc.engine))
             sched = scheduler.start(loop)
             try:
                 if not headless:  # the TUI is a window onto the run: closing it leaves the run going

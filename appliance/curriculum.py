@@ -76,15 +76,13 @@ def synthesize_round(store: Store, settings: Settings, run_id: str, iteration: i
                               exclude=exclude):
                 exclude.add(spec.id)
                 spec.meta.update(iteration=iteration, round=kind)
-                made[kind] += store.add_task(Task(f"{run_id}.{spec.id}", run_id, spec.family, spec.difficulty,
-                                                  spec.source, Split.TRAIN, TaskStatus.PROPOSED, spec.to_spec(),
-                                                  iteration=iteration))
+                made[kind] += store.add_task(spec.task_row(run_id, Split.TRAIN, iteration=iteration))
         for old in pool.get(p.family, [])[: p.replay]:
             replay = dict(old.spec, meta={**(old.spec.get("meta") or {}), "iteration": iteration, "round": "replay",
                                           "replay_of": old.id})
             copy_id = f"{run_id}.{old.spec['id']}.r{iteration}"
-            if store.add_task(Task(copy_id, run_id, old.family, old.difficulty, old.source, Split.TRAIN,
-                                   TaskStatus.PROPOSED, replay, iteration=iteration)):
+            if store.add_task(TaskSpec.from_spec(replay).task_row(run_id, Split.TRAIN, iteration=iteration,
+                                                                  task_id=copy_id)):
                 store.add_validation(copy_id, "replay", True, None, {"replay_of": old.id})
                 store.set_task_status(copy_id, TaskStatus.VALID)
                 made["replay"] += 1
@@ -97,9 +95,7 @@ def synthesize_round(store: Store, settings: Settings, run_id: str, iteration: i
         made["proposal_requests"], made["proposal_parsed"], made["proposed"] = len(families), len(specs), 0
         for spec in specs:
             spec.meta.update(iteration=iteration, round="proposed")
-            made["proposed"] += store.add_task(Task(f"{run_id}.{spec.id}", run_id, spec.family, spec.difficulty,
-                                                    spec.source, Split.TRAIN, TaskStatus.PROPOSED, spec.to_spec(),
-                                                    iteration=iteration))
+            made["proposed"] += store.add_task(spec.task_row(run_id, Split.TRAIN, iteration=iteration))
     return {"levels": levels, "made": made, "plan": [vars(p) for p in plan]}
 
 
@@ -107,13 +103,12 @@ def _compose(store: Store, run_id: str, iteration: int, tasks: list[Task], level
              exclude: set[str]) -> int:
     """`n` two-part requests (tasks.compose) from the run's valid training tasks at their family's frontier
     level (two frontier tasks in a row: harder than either); stored as proposed, so VALIDATE decides."""
-    parts = [TaskSpec.from_spec(t.spec) for t in tasks
+    parts = [TaskSpec.of(t) for t in tasks
              if t.status == TaskStatus.VALID and t.family in levels and t.difficulty == levels[t.family]]
     made = 0
     for spec in compose_round(parts, n, random.Random(f"{run_id}:{iteration}:compose"), exclude):
         spec.meta.update(iteration=iteration, round="composed")
-        made += store.add_task(Task(f"{run_id}.{spec.id}", run_id, spec.family, spec.difficulty, spec.source,
-                                    Split.TRAIN, TaskStatus.PROPOSED, spec.to_spec(), iteration=iteration))
+        made += store.add_task(spec.task_row(run_id, Split.TRAIN, iteration=iteration))
     return made
 
 

@@ -246,7 +246,7 @@ def demonstrate_tasks(settings: Settings, store: Store, tasks: Iterable[Task], t
         if stopping is not None and stopping.is_set():
             return None
         try:
-            return demonstrate(settings, TaskSpec.from_spec(task.spec), start=start,
+            return demonstrate(settings, TaskSpec.of(task), start=start,
                                shape=episode_shapes.shape_of(task.id, tuple(settings.training.demo_shapes)))
         except Exception as e:  # noqa: BLE001 - as in validation: one task's surprise is that task's failure
             return DemoRun([], False, None, f"{type(e).__name__}: {e}")
@@ -345,7 +345,7 @@ def warmstart_tasks(settings: Settings, store: Store, run_id: str, families: lis
                     if (t.spec.get("meta") or {}).get("pool") == WARMSTART]
     pending = [t for t in existing if t.status == TaskStatus.PROPOSED]
     if pending:
-        verdicts = validate_many(settings, [TaskSpec.from_spec(t.spec) for t in pending],
+        verdicts = validate_many(settings, [TaskSpec.of(t) for t in pending],
                                  parallel=min(2, settings.sandbox.max_concurrent), start=start)
         for task, v in zip(pending, verdicts, strict=True):
             for stage in v.stages:

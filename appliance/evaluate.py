@@ -167,7 +167,7 @@ def _sample(store: Store, run_id: str, iteration: int, policy_version: int, chos
                             iteration=iteration, purpose="eval", rollout_id=rid)
             if r.outcome == Outcome.INFRA_ERROR:  # an earlier attempt's: the machine failed it, not the policy
                 store.redraw_rollout(r.id)
-            work.append((TaskSpec.from_spec(task.spec), r.id))
+            work.append((TaskSpec.of(task), r.id))
     run_pending(work)
     cells: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
     by_task = {t.id: t for t in chosen}

@@ -177,7 +177,7 @@ def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> Rollout
     if outcome != Outcome.INFRA_ERROR:
         try:
             samples, trajectory = build_samples(store.model_calls(rollout.id), rollout_id=rollout.id,
-                                                group_id=rollout.group_id, reward=reward)
+                                                group_id=rollout.group_id)
         except TrajectoryError as e:  # the recorded calls do not fit together: nothing trustworthy to train
             outcome, reward, reason = Outcome.INFRA_ERROR, 0.0, FailureMode.INFRA.reason(f"trajectory: {e.message}")
     store.finish_rollout(rollout.id, outcome, reward, error=reason, turns=turns, samples=samples)

@@ -7,7 +7,7 @@ The store enforces the transition tables: a status change that is not listed her
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -253,8 +253,7 @@ class Sample:
     token_ids: list[int]
     mask: list[int]  # 1 on engine-sampled tokens (trained), 0 on prompt/tool tokens
     logprobs: list[float]  # engine logprob on sampled positions, 0.0 elsewhere
-    reward: float
-    policy_version: int
+    policy_version: int  # (its reward is its rollout's, stored there alone: `training.advantages` reads it)
     advantage: float | None = None
     temperature: float = 1.0  # the sampling temperature of its trained tokens (the trainer divides logits by it)
     # per-token advantages (turn-level credit: training.method=ppo or turn_credit); None: `advantage` on every
@@ -342,4 +341,19 @@ class Demonstration:
     def to_sample(self) -> Sample:
         """The SFT sample (`appliance.training.sft` reads only token_ids and mask)."""
         return Sample(f"demo:{self.id if self.id is not None else self.digest[:12]}", None, 0, list(self.token_ids),
-                      list(self.mask), [0.0] * len(self.token_ids), 1.0, -1)
+                      list(self.mask), [0.0] * len(self.token_ids), -1)
+
+
+@dataclass(slots=True)
+class ExecResult:
+    """One command's outcome in a sandbox (output capped at `sandbox.output_limit_bytes`, the rest dropped)."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    duration_s: float
+    timed_out: bool = False
+    truncated: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)

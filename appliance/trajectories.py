@@ -247,7 +247,7 @@ def build_tree(calls: Iterable[ModelCall]) -> Tree:
     return Tree(branches, divergences, calls=len(ok), skipped_calls=skipped)
 
 
-def tree_samples(tree: Tree, *, rollout_id: str, group_id: str | None, reward: float) -> list[Sample]:
+def tree_samples(tree: Tree, *, rollout_id: str, group_id: str | None) -> list[Sample]:
     """One sample per branch that trains at least one token. A branch's policy version is the oldest
     that sampled its tokens (weights do not change mid-rollout unless a sync raced it; oldest is the
     conservative choice for off-policy corrections)."""
@@ -255,7 +255,7 @@ def tree_samples(tree: Tree, *, rollout_id: str, group_id: str | None, reward: f
         Sample(
             rollout_id=rollout_id, group_id=group_id, branch=b.index,
             token_ids=list(b.token_ids), mask=list(b.mask), logprobs=list(b.logprobs),
-            reward=reward, policy_version=min(b.policy_versions), temperature=b.temperature or 1.0,
+            policy_version=min(b.policy_versions), temperature=b.temperature or 1.0,
         )
         for b in tree.branches
         if any(b.mask)
@@ -263,11 +263,11 @@ def tree_samples(tree: Tree, *, rollout_id: str, group_id: str | None, reward: f
 
 
 def build_samples(
-    calls: Iterable[ModelCall], *, rollout_id: str, group_id: str | None, reward: float
+    calls: Iterable[ModelCall], *, rollout_id: str, group_id: str | None
 ) -> tuple[list[Sample], TrajectoryReport]:
     """The training samples of one rollout and a report of how its calls fitted together."""
     tree = build_tree(calls)
-    samples = tree_samples(tree, rollout_id=rollout_id, group_id=group_id, reward=reward)
+    samples = tree_samples(tree, rollout_id=rollout_id, group_id=group_id)
     sampled = sum(sum(s.mask) for s in samples)
     report = TrajectoryReport(
         calls=tree.calls,

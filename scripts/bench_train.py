@@ -68,7 +68,7 @@ def practice(groups: int, size: int, tokens: int, seed: int) -> tuple[list[Rollo
             rollouts.append(Rollout(rid, "bench", "t", f"s{seed}-g{g}", 0, "builtin", 0, RolloutStatus.FINISHED,
                                     outcome=Outcome.SUCCESS if reward else Outcome.FAILURE, reward=reward))
             samples.append(Sample(rid, f"s{seed}-g{g}", 0, [rng.randrange(100, 40000) for _ in mask], mask,
-                                  [-2.0 * m for m in mask], reward, 0))
+                                  [-2.0 * m for m in mask], 0))
     return rollouts, samples
 
 
@@ -117,7 +117,7 @@ def signal_report(phases: int, groups: int, size: int, pass_rate: float, steps: 
                   seed: int) -> dict:
     """Steps and groups with signal over `phases` simulated LEARN phases, dealt as the LEARN phase deals
     them (no model: the rewards are drawn at `pass_rate`, the dealing is the product's code)."""
-    from appliance.loop import extra_draws_for
+    from appliance.phases import extra_draws_for
     from appliance.training.advantages import build_groups
     from appliance.training.learn import split_groups
 
@@ -137,7 +137,7 @@ def signal_report(phases: int, groups: int, size: int, pass_rate: float, steps: 
                 rid, gid = f"p{phase}-g{g}-{i}", f"p{phase}-g{g}"
                 rollouts.append(Rollout(rid, "bench", "t", gid, 0, "builtin", 0, RolloutStatus.FINISHED,
                                         outcome=Outcome.SUCCESS if reward else Outcome.FAILURE, reward=reward))
-                samples.append(Sample(rid, gid, 0, [1, 2, 3], [0, 1, 1], [0.0, -1.0, -1.0], reward, 0))
+                samples.append(Sample(rid, gid, 0, [1, 2, 3], [0, 1, 1], [0.0, -1.0, -1.0], 0))
         first = {r.id for r in rollouts if int(r.id.rsplit("-", 1)[1]) < size}
         # before issue 15: the first group_size draws, every group dealt (zero-variance ones included),
         # every part stepped
@@ -228,7 +228,7 @@ def gap_report(settings, samples_n: int, temperature: float, tokens: int) -> dic
         engine.stop()
         store.close()
     samples = [Sample(f"s{i}", "g", 0, prompt + ids, [0] * len(prompt) + [1] * len(ids),
-                      [0.0] * len(prompt) + lps, 0.0, 0, temperature=temperature) for i, (ids, lps) in enumerate(drawn)]
+                      [0.0] * len(prompt) + lps, 0, temperature=temperature) for i, (ids, lps) in enumerate(drawn)]
     trainer = PolicyTrainer(settings.training, settings.model_path)
     at_one, at_t = trainer.logps(samples, temperature=1.0), trainer.logps(samples)
 

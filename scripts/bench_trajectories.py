@@ -78,7 +78,7 @@ def main() -> None:
     t0 = time.perf_counter()
     samples = branches = divergences = sampled = 0
     for r in rollouts:
-        out, report = build_samples(r, rollout_id=r[0].rollout_id, group_id=None, reward=1.0)
+        out, report = build_samples(r, rollout_id=r[0].rollout_id, group_id=None)
         samples += len(out)
         branches += report.branches
         divergences += len(report.divergences)

@@ -15,7 +15,7 @@ from appliance.schemas import EngineState
 
 
 class InstantEngine:
-    """`EngineLike` for a server running `instant_engine_app`: always SERVING, admits everything."""
+    """`ServingEngine` for a server running `instant_engine_app`: always SERVING, admits everything."""
 
     def __init__(self, base_url: str, policy_version: int = 0) -> None:
         self.base_url = base_url

@@ -43,6 +43,8 @@ ROOMS = [
     Room(2, ("store",), "the only place with SQL: SQLite (WAL) through sqlite-utils; `Store` composed from one "
                         "module per concern (`db` connections and transactions, `schema` migrations, `records` row "
                         "mapping, `runs`, `tasks`, `rollouts`, `events`, `results`, `lineage`, `demonstrations`)"),
+    Room(2, ("seams",), "every Protocol the rooms meet through: the agent's shell and a command's result, the "
+                        "sandbox and its starter, the engine as training, the proxy and the loop need it"),
     Room(2, ("plan",), "`appliance plan`: the memory arithmetic of serving and training a model's config.json on "
                        "N GPUs (weights, KV cache, optimizer states, logits, activations) and the settings it "
                        "recommends, or why it cannot fit"),
@@ -84,24 +86,26 @@ ROOMS = [
          "policy's own successes"),
     Room(7, ("curriculum",), "the synthesis round: the climbing controller's plan (frontier, stretch, replay) "
                              "turned into tasks; self-proposal behind a setting"),
-    Room(8, ("loop",), "the reconciler: `Loop.tick` runs the current iteration's next phase, resumably; composes "
-                       "the rooms below"),
     Room(8, ("report_html",), "the capability report as one self-contained HTML page for copying off the server: "
                               "the held-out curve with its intervals per family and level and the training metrics "
                               "as inline SVG, the report's tables; every stored string escaped"),
-    Room(9, ("scheduler",), "APScheduler wiring only: its job calls `Loop.tick`"),
-    Room(9, ("tui",), "Textual app: reads the store, sends commands through `control`; the TUI `appliance run` "
+    Room(8, ("phases",), "the loop's phases, one module each (synthesize, validate, practise, train, evaluate, "
+                         "diagnose), each a function over a declared `PhaseContext`, in `PHASE_TABLE`"),
+    Room(9, ("loop",), "the reconciler: `Loop.tick` runs the current iteration's next phase through the phase "
+                       "table, resumably; the run, controls, attempts, the training window"),
+    Room(10, ("scheduler",), "APScheduler wiring only: its job calls `Loop.tick`"),
+    Room(10, ("tui",), "Textual app: reads the store, sends commands through `control`; the TUI `appliance run` "
                       "opens is a window onto the run, so q detaches it and the run goes on headless; six "
                       "screens, the curves one drawing `charts` in characters"),
-    Room(9, ("setup", "doctor", "status", "rollout_view"),
+    Room(10, ("setup", "doctor", "status", "rollout_view"),
          "`appliance init` (store, Podman config, bundled model, images), the preflight, the status summary, the "
          "trajectory printout"),
-    Room(10, ("app",), "the appliance process: engine and proxy (`engine_and_proxy`, all `appliance serve` "
+    Room(11, ("app",), "the appliance process: engine and proxy (`engine_and_proxy`, all `appliance serve` "
                       "runs), with the sandbox pool (`services`), and `appliance run` wiring loop, scheduler and TUI "
                       "together"),
-    Room(11, ("cli",), "thin `appliance` commands over library functions (imports lazily, inside each command), "
+    Room(12, ("cli",), "thin `appliance` commands over library functions (imports lazily, inside each command), "
                        "one module per audience: `home`, `steer`, `tasks`, `debug`"),
-    Room(12, ("testing",), "fakes for tests and benchmarks (scripted policy, shell, engine, scripted vLLM server, control consumer); "
+    Room(13, ("testing",), "fakes for tests and benchmarks (scripted policy, shell, engine, scripted vLLM server, control consumer, a phase table that only records); "
                            "nothing in the product imports it"),
 ]
 

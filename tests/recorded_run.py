@@ -105,9 +105,9 @@ def record_run(store: Store, run_id: str = "demo", *, t0: float = T0) -> str:
     seq0 = system + c0 + tool0 + c1
     store.add_samples([
         Sample("r-2-0-0", "g-2-0", 0, seq0, [0] * len(system) + [1] * len(c0) + [0] * len(tool0) + [1] * len(c1),
-               [0.0] * len(seq0), 1.0, 2, 0.75),
+               [0.0] * len(seq0), 2, 0.75),
         Sample("r-2-0-0", "g-2-0", 1, system + [4, 16, 5, 3, 16], [0] * (len(system) + 4) + [1],
-               [0.0] * (len(system) + 5), 1.0, 2, 0.75)])
+               [0.0] * (len(system) + 5), 2, 0.75)])
     store.set_engine_state(EngineState.DRAINING)
     store.set_engine_state(EngineState.SLEEPING)
     return run_id

@@ -9,6 +9,7 @@ import pytest
 from appliance.config import Settings
 from appliance.curriculum import control, synthesize_round
 from appliance.loop import Loop
+from appliance.phases.diagnose import diagnose
 from appliance.schemas import Outcome, Rollout, RolloutStatus, Split, TaskStatus
 from appliance.store import Store
 
@@ -44,7 +45,7 @@ def test_iteration_0_plans_and_families_climb_with_replay(settings: Settings, st
     run = lp.run.id
     settings.loop.tasks_per_family = 4
     settings.loop.start_level = 1  # the climb from the spelled-out level (a loop without demonstrations)
-    lp.phase_diagnose(0)  # the baseline plans too
+    diagnose(lp.context, 0)  # the baseline plans too
     report0, md0 = store.report(run, 0)
     assert report0["levels"] == {f: 1 for f in FAMS} and set(report0["decisions"]) == set(FAMS)
     assert "## Controller decisions" in md0
@@ -58,7 +59,7 @@ def test_iteration_0_plans_and_families_climb_with_replay(settings: Settings, st
         store.set_task_status(t.id, TaskStatus.VALID)
     # files: all pass (mastered); text: half (learnable: replayed); data: nothing
     practise(store, run, 1, {"files": 4, "text": 2, "data": 0})
-    lp.phase_diagnose(1)
+    diagnose(lp.context, 1)
     report1, md1 = store.report(run, 1)
     assert report1["levels"] == {"files": 2, "text": 1, "data": 1}
     assert report1["mastered"] == {"files": 1, "text": 0, "data": 0}
@@ -89,7 +90,7 @@ def test_a_run_starts_at_level_2_and_climbs_a_stuck_frontier_by_hinted_rungs(set
     lp = loop(settings, store)
     run = lp.run.id
     settings.loop.tasks_per_family = 4  # 1 stretch, 3 new (no replay yet)
-    lp.phase_diagnose(0)
+    diagnose(lp.context, 0)
     assert store.report(run, 0)[0]["levels"] == {f: 2 for f in FAMS}  # loop.start_level's default
 
     store.start_iteration(run, 1, 0)
@@ -115,7 +116,7 @@ def test_a_run_starts_at_level_2_and_climbs_a_stuck_frontier_by_hinted_rungs(set
             store.start_rollout(rid)
             store.finish_rollout(rid, Outcome.SUCCESS if j < wins else Outcome.FAILURE, float(j < wins))
         record_band(store, t.id, wins, 4)
-    lp.phase_diagnose(1)
+    diagnose(lp.context, 1)
     report1, _ = store.report(run, 1)
     assert report1["train"]["files"]["2"]["passed"] == 6 and report1["train_bare"]["files"]["2"]["passed"] == 2
     assert report1["band_levels"]["files"]["2"] == {"learnable": 2}  # the hinted task's too_easy is not counted

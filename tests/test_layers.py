@@ -3,6 +3,7 @@ the page's table is the one scripts/module_table.py prints from the code."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -49,3 +50,24 @@ def test_no_module_is_over_the_line_limit() -> None:
     long = {name: n for name, path in module_table.package_modules().items()
             if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
     assert not long, f"split these modules by concern (at most {MAX_MODULE_LINES} lines each): {long}"
+
+
+LOOP = REPO / "appliance" / "loop.py"
+MAX_LOOP_LINES = 200  # issue 32: the reconciler only; a phase's body lives in appliance/phases
+
+
+def test_the_loop_is_a_reconciler_that_dispatches_through_the_phase_table_only() -> None:
+    from appliance.loop import Loop
+    from appliance.phases import BASELINE_PHASES, PHASE_TABLE, PHASES
+    from appliance.schemas import Phase
+
+    source = LOOP.read_text()
+    assert len(source.splitlines()) < MAX_LOOP_LINES
+    tree = ast.parse(source)
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    assert not names & {"getattr", "hasattr", "setattr"}, "the loop reads only state it declares"
+    # the one call of a phase: the table, indexed by the iteration's phase, with the context and the index
+    dispatches = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript)]
+    assert [ast.unparse(n) for n in dispatches] == ["self.phases[current.phase](self.context, current.index)"]
+    assert not [m for m in vars(Loop) if m.startswith("phase_")], "phase bodies belong in appliance/phases"
+    assert set(PHASE_TABLE) == set(Phase) - {Phase.DONE} == set(BASELINE_PHASES) | set(PHASES)

@@ -145,7 +145,7 @@ def test_model_calls_round_trip_exact_tokens(store: Store) -> None:
 
 
 def test_samples_are_replaced_per_rollout(store: Store) -> None:
-    s = Sample("ro-4", "g", 0, [1, 2, 3], [0, 1, 1], [0.0, -0.5, -0.25], 1.0, 0)
+    s = Sample("ro-4", "g", 0, [1, 2, 3], [0, 1, 1], [0.0, -0.5, -0.25], 0)
     store.add_samples([s])
     store.add_samples([s])
     assert len(store.samples("ro-4")) == 1 and store.samples("ro-4")[0].mask == [0, 1, 1]
@@ -260,7 +260,7 @@ def test_finish_rollout_writes_its_samples_in_the_same_transaction(store: Store)
 
     store.add_rollout(Rollout("r", None, None, "g", 0, "builtin", 0, RolloutStatus.PENDING))
     store.start_rollout("r")
-    sample = Sample("r", "g", 0, [1, 2, 3], [0, 1, 1], [0.0, -0.5, -0.25], 1.0, 0, temperature=0.7)
+    sample = Sample("r", "g", 0, [1, 2, 3], [0, 1, 1], [0.0, -0.5, -0.25], 0, temperature=0.7)
     with pytest.raises(sqlite3.IntegrityError):  # two samples of one branch: the write fails as a whole
         store.finish_rollout("r", Outcome.SUCCESS, 1.0, samples=[sample, sample])
     assert store.get_rollout("r").status == RolloutStatus.RUNNING and store.samples("r") == []

@@ -28,8 +28,8 @@ def turn(role: int, *content: int) -> list[int]:
     return [IM_START, role, NL, *content, IM_END, NL]
 
 
-def samples_of(calls: list[ModelCall], reward: float = 1.0):
-    return build_samples(calls, rollout_id="r1", group_id="g1", reward=reward)
+def samples_of(calls: list[ModelCall]):
+    return build_samples(calls, rollout_id="r1", group_id="g1")
 
 
 def sampled_ids(sample) -> list[int]:
@@ -60,7 +60,7 @@ def test_multi_turn_chain_is_one_sample_with_the_concatenated_completions():
     assert sampled_ids(s) == [t for c in calls for t in c.completion_ids]
     assert [lp for lp, m in zip(s.logprobs, s.mask) if m] == [lp for c in calls for lp in c.logprobs]
     assert s.token_ids[: len(calls[-1].prompt_ids)] == calls[-1].prompt_ids
-    assert (s.reward, s.group_id, s.policy_version, s.branch) == (1.0, "g1", 3, 0)
+    assert (s.group_id, s.policy_version, s.branch) == ("g1", 3, 0)  # its reward is the rollout's
     assert report.sampled_tokens == 12 and report.retokenized_tokens == 0
 
 

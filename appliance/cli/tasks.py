@@ -42,7 +42,7 @@ def tasks_families(as_json: bool) -> None:
 def tasks_synth(ctx: click.Context, family: str, level: int, n: int, seed: str, out: Path | None,
                 validate: bool, as_json: bool) -> None:
     """Generate N tasks of one family and level, into the store (status proposed) or --out DIR."""
-    from appliance.schemas import Split, Task, TaskStatus
+    from appliance.schemas import Split
     from appliance.tasks import write_task
     from appliance.tasks.families import synthesize
     from appliance.tasks.heldout import heldout_ids
@@ -58,8 +58,7 @@ def tasks_synth(ctx: click.Context, family: str, level: int, n: int, seed: str, 
             rows = [{"id": s.id, "ok": v.ok, "reason": v.reason} for s, v in admit(settings, store, specs)]
         else:
             for s in specs:
-                added = store.add_task(Task(s.id, None, s.family, s.difficulty, s.source, Split.TRAIN,
-                                            TaskStatus.PROPOSED, s.to_spec()))
+                added = store.add_task(s.task_row(None, Split.TRAIN))
                 rows.append({"id": s.id, "added": added})
 
     def human(rs: list[dict[str, Any]]) -> None:
@@ -120,7 +119,7 @@ def tasks_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
         return
     echo(f"# {t.id}: {t.family} level {t.difficulty}, {t.source}, {t.split}, {t.status}"
          + (f" ({t.reject_reason})" if t.reject_reason else ""))
-    echo(dumps_toml(TaskSpec.from_spec(t.spec)))
+    echo(dumps_toml(TaskSpec.of(t)))
 
 
 @tasks.command("validate")

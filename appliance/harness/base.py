@@ -1,40 +1,15 @@
-"""What a rollout runner and a harness share: the shell seam, client settings, limits, the episode record.
-
-The `Shell` protocol matches the sandbox's persistent shell (`appliance.sandbox.sandbox.Shell`), so the
-built-in harness runs against a real sandbox in production and `appliance.testing.FakeShell` in tests.
+"""What a rollout runner and a harness share: client settings, limits, the episode record (the shell seam
+the built-in harness runs against is `appliance.seams.Shell`: a real sandbox in production, `FakeShell` in tests).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from appliance.config import HarnessSettings
-
-
-class CommandResult(Protocol):
-    """The outcome of one shell command (the sandbox's `ExecResult` has these and more)."""
-
-    @property
-    def exit_code(self) -> int: ...
-    @property
-    def stdout(self) -> str: ...
-    @property
-    def stderr(self) -> str: ...
-    @property
-    def timed_out(self) -> bool: ...
-
-
-class Shell(Protocol):
-    """A persistent shell in the agent's sandbox: state (cwd, variables) carries over between commands.
-
-    Raises an `ApplianceError` (the sandbox's `SandboxError`) when the sandbox itself failed; a command
-    that fails or times out is a normal result.
-    """
-
-    def run(self, cmd: str, timeout: float | None = None, /) -> CommandResult: ...
 
 
 @dataclass(slots=True)

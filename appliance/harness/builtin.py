@@ -24,7 +24,8 @@ import httpx
 
 from appliance.errors import ApplianceError
 from appliance.harness.actions import Action, final_answer, format_observation, parse_action
-from appliance.harness.base import ClientConfig, CommandResult, EndReason, Episode, Limits, Shell
+from appliance.harness.base import ClientConfig, EndReason, Episode, Limits
+from appliance.seams import CommandResult, Shell
 
 SYSTEM_PROMPT = """You are a careful agent working in a Linux shell. You are in /workspace, where the \
 task's files are. Each turn, reply with exactly one bash command in a ```bash block; you will then see \

@@ -102,7 +102,7 @@ class AnthropicDialect:
 
 
 def _plain(value: Any) -> Any:
-    if hasattr(value, "model_dump"):
+    if hasattr(value, "model_dump"):  # litellm hands back pydantic objects or plain dicts, by version
         return value.model_dump()
     return str(value)
 

@@ -28,7 +28,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Protocol
+from typing import Any
 
 import aiohttp
 import anyio
@@ -38,7 +38,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from appliance.config import Settings
 from appliance.proxy.checks import CHAT, COMPLETION, Refusal, check_request, is_number, read_body
 from appliance.proxy.routes import hash_token
-from appliance.schemas import EngineState, ModelCall, Rollout, RolloutStatus
+from appliance.schemas import ModelCall, Rollout, RolloutStatus
+from appliance.seams import ServingEngine
 from appliance.store import Store
 
 ENGINE_PATHS = {CHAT: "/v1/chat/completions", COMPLETION: "/v1/completions"}
@@ -46,28 +47,12 @@ ENGINE_PATHS = {CHAT: "/v1/chat/completions", COMPLETION: "/v1/completions"}
 ID_FIELDS = ("prompt_token_ids", "prompt_text")
 
 
-class EngineLike(Protocol):
-    """What the proxy needs from the engine (appliance.serving.Engine is the real one)."""
-
-    base_url: str
-    policy_version: int
-
-    @property
-    def state(self) -> EngineState: ...
-
-    def model_name(self) -> str: ...
-
-    def try_admit(self) -> bool: ...
-
-    def release(self) -> None: ...
-
-
 def openai_error(status: int, message: str, kind: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "code": status}}
 
 
 class Proxy:
-    def __init__(self, store: Store, engine: EngineLike, settings: Settings) -> None:
+    def __init__(self, store: Store, engine: ServingEngine, settings: Settings) -> None:
         self.store = store
         self.engine = engine
         self.limits = settings.proxy

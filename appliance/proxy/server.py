@@ -14,11 +14,11 @@ from starlette.routing import Route
 from appliance.config import Settings
 from appliance.errors import ApplianceError
 from appliance.proxy.anthropic import AnthropicDialect
-from appliance.proxy.app import EngineLike, Proxy
+from appliance.proxy.app import Proxy, ServingEngine
 from appliance.store import Store
 
 
-def create_app(store: Store, engine: EngineLike, settings: Settings) -> Starlette:
+def create_app(store: Store, engine: ServingEngine, settings: Settings) -> Starlette:
     proxy = Proxy(store, engine, settings)
     anthropic = AnthropicDialect(proxy)
 

@@ -30,8 +30,8 @@ import time
 from dataclasses import dataclass
 
 from appliance.errors import SandboxError
-from appliance.sandbox.api import SandboxAPI
 from appliance.sandbox.podman import podman_bin, podman_cwd, podman_env
+from appliance.seams import SandboxAPI
 
 LIBEXEC = "/usr/local/libexec/appliance"
 LAUNCHER = [f"{LIBEXEC}/judge-python3", "-I", "-S", f"{LIBEXEC}/judge-launcher.py"]

@@ -34,8 +34,9 @@ from appliance.errors import SandboxError
 from appliance.sandbox.door import DOOR_PORT, DoorListener, ModelDoor
 from appliance.sandbox.image import image_ref
 from appliance.sandbox.podman import LABEL, OWNER_LABEL, podman, podman_bin, podman_cwd, podman_env
-from appliance.sandbox.shell import Capture, ExecResult, Shell, pump
+from appliance.sandbox.shell import Capture, Shell, pump
 from appliance.sandbox.transfer import ignored_by_tar, members, pack_dir, reroot, sanitize, unpack
+from appliance.schemas import ExecResult
 
 SECCOMP_PROFILE = Path(__file__).parent / "seccomp.json"
 # PID 1 of a sandbox without a door: reaps every orphan and cannot be signalled from inside (the kernel

@@ -13,27 +13,14 @@ import subprocess
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 from appliance.errors import SandboxError
 from appliance.sandbox.podman import podman, podman_bin, podman_cwd, podman_env
+from appliance.schemas import ExecResult
 
 if TYPE_CHECKING:
     from appliance.sandbox.sandbox import Sandbox
-
-
-@dataclass(slots=True)
-class ExecResult:
-    exit_code: int
-    stdout: str
-    stderr: str
-    duration_s: float
-    timed_out: bool = False
-    truncated: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class Capture:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from appliance.errors import SandboxError
 
 if TYPE_CHECKING:
-    from appliance.sandbox.api import SandboxShell
+    from appliance.seams import SandboxShell
 
 _KINDS = {tarfile.FIFOTYPE: "fifo", tarfile.CHRTYPE: "device", tarfile.BLKTYPE: "device",
           tarfile.SYMTYPE: "link", tarfile.LNKTYPE: "hard link"}

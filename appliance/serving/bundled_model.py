@@ -59,7 +59,7 @@ def convert_bundled_model(folder: Path) -> bool:
     # transformers marks GGUF-loaded models as quantized and refuses to save them; the weights are
     # already dequantized in memory, so dropping the marker is safe.
     model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
+    if hasattr(model.config, "quantization_config"):  # absent when the checkpoint was saved unquantized
         del model.config.quantization_config
     model = model.to(torch.bfloat16)
     model.config.torch_dtype = torch.bfloat16

@@ -227,7 +227,7 @@ class Engine:
                 except (ApplianceError, httpx.HTTPError) as e:
                     # DRAINING admits nothing and nothing leaves it but sleep: FAILED is what the supervisor
                     # restarts (from the weights on disk), so serving comes back instead of hanging here
-                    self._set(EngineState.FAILED, error=f"sleep failed: {getattr(e, 'message', e)}")
+                    self._set(EngineState.FAILED, error=f"sleep failed: {e.message if isinstance(e, ApplianceError) else e}")
                     raise
             self._set(EngineState.SLEEPING)
 
@@ -320,7 +320,7 @@ class Engine:
             self._reload_full(new.full)
 
     def _roll_back(self, previous: Weights, previous_expected: Canary | None, error: object) -> None:
-        message = str(getattr(error, "message", error))
+        message = error.message if isinstance(error, ApplianceError) else str(error)
         self.store.add_event(Event("error", f"weight sync failed, restoring the previous weights: {message}",
                                    data={"component": "engine"}))
         failed_adapter = self._weights.adapter_name if self._weights.adapter_name != previous.adapter_name else None

@@ -106,7 +106,7 @@ class Database:
 
     @property
     def conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)  # none yet in this thread
         if conn is None:
             conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                                    check_same_thread=False)
@@ -141,7 +141,7 @@ class Database:
         conn.execute("COMMIT")
 
     def close(self) -> None:
-        conn = getattr(self._local, "conn", None)
+        conn = getattr(self._local, "conn", None)  # this thread may never have opened one
         if conn is not None:
             conn.close()
             self._local.conn = None

@@ -28,7 +28,7 @@ SAMPLE_COLUMNS = (*records.columns(Sample), "created_at")
 
 
 def _rollout_values(r: Rollout) -> tuple[Any, ...]:
-    return tuple(getattr(r, col) for col in ROLLOUT_COLUMNS)
+    return tuple(getattr(r, col) for col in ROLLOUT_COLUMNS)  # the record's fields in the table's column order
 
 
 def _call_values(m: ModelCall, seq: int) -> tuple[Any, ...]:
@@ -164,7 +164,7 @@ class RolloutRecords(Database):
         c.executemany(
             records.insert_sql("samples", SAMPLE_COLUMNS),
             [(s.rollout_id, s.group_id, s.branch, records.pack_ints(s.token_ids), records.pack_ints(s.mask),
-              records.pack_floats(s.logprobs), s.reward, s.policy_version, s.advantage, s.temperature, now())
+              records.pack_floats(s.logprobs), s.policy_version, s.advantage, s.temperature, now())
              for s in samples],
         )
 

@@ -227,3 +227,11 @@ def m010_devset_guard(db: sqlite_utils.Database) -> None:
         BEGIN SELECT RAISE(ABORT, 'dev-set task used in a demonstration'); END;
         """
     )
+
+
+@migrations()
+def m011_reward_on_the_rollout_alone(db: sqlite_utils.Database) -> None:
+    # A rollout's reward had a second home on each of its samples (a copy made when the samples were built,
+    # overwritten from the rollout again on the way to the loss). The rollout is its one home now: the
+    # trainer reads it there (`training.advantages.build_groups`), so a sample's copy could only disagree.
+    db.executescript("ALTER TABLE samples DROP COLUMN reward;")

@@ -21,6 +21,7 @@ from typing import Any
 import tomli_w
 
 from appliance.errors import TaskFormatError  # defined in errors.py; importable from here as before
+from appliance.schemas import Split, Task, TaskStatus
 
 FORMAT_VERSION = 1
 SOURCES = ("procedural", "self_proposed", "user")
@@ -64,6 +65,19 @@ class TaskSpec:
     def to_spec(self) -> dict[str, Any]:
         """The plain dict stored as `schemas.Task.spec` (JSON-safe, round-trips through `from_spec`)."""
         return asdict(self)
+
+    def task_row(self, run_id: str | None, split: Split, status: TaskStatus = TaskStatus.PROPOSED, *,
+                 iteration: int | None = None, task_id: str | None = None) -> Task:
+        """The store's row for this task, the one place a row is made: in a run its id is `<run>.<spec id>`
+        (a run's tasks never collide with another run's), outside one the spec's own id."""
+        row_id = task_id or (f"{run_id}.{self.id}" if run_id else self.id)
+        return Task(row_id, run_id, self.family, self.difficulty, self.source, split, status, self.to_spec(),
+                    iteration=iteration)
+
+    @classmethod
+    def of(cls, task: Task) -> TaskSpec:
+        """The spec of a stored task (checked as `from_spec` checks it)."""
+        return cls.from_spec(task.spec)
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any]) -> TaskSpec:

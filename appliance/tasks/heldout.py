@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from appliance.schemas import Split, Task, TaskStatus
+from appliance.schemas import Split
 from appliance.store import Store
 from appliance.tasks.families import FAMILIES, all_ops, synthesize
 from appliance.tasks.format import TaskSpec
@@ -51,8 +51,7 @@ def fix_heldout(store: Store, run_id: str, specs: list[TaskSpec]) -> int:
     """Store the held-out set of a run (idempotent: a restarted run adds nothing); returns rows added."""
     added = 0
     for spec in specs:
-        added += store.add_task(Task(spec.id, run_id, spec.family, spec.difficulty, spec.source, Split.HELDOUT,
-                                     TaskStatus.PROPOSED, spec.to_spec()))
+        added += store.add_task(spec.task_row(run_id, Split.HELDOUT, task_id=spec.id))
     return added
 
 

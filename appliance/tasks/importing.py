@@ -40,8 +40,8 @@ from typing import Any
 
 from appliance.config import Settings
 from appliance.errors import ApplianceError, TaskFormatError
-from appliance.sandbox.api import SandboxAPI, SandboxStarter
 from appliance.sandbox.transfer import pack_files
+from appliance.seams import SandboxAPI, SandboxStarter
 from appliance.tasks import importcheck
 from appliance.tasks.format import Limits, TaskSpec, content_id
 from appliance.tasks.validate import _command, _get

@@ -33,10 +33,10 @@ from typing import Any
 
 from appliance.config import Settings
 from appliance.errors import ApplianceError, NotFoundError, SandboxError, TaskFormatError
-from appliance.sandbox.api import SandboxAPI
 from appliance.sandbox.sandbox import workspace_bytes
 from appliance.sandbox.transfer import pack_files, reroot, shell_get
-from appliance.schemas import Split, Task, TaskStatus
+from appliance.schemas import Split, TaskStatus
+from appliance.seams import SandboxAPI
 from appliance.tasks.format import TaskSpec
 from appliance.tasks.pool import fingerprint
 from appliance.tasks.verify import (
@@ -312,7 +312,7 @@ def admit(settings: Settings, store: Any, specs: list[TaskSpec], *, run_id: str 
         for t in store.tasks(run_id):
             if t.status != TaskStatus.REJECTED:
                 try:
-                    seen.add(fingerprint(TaskSpec.from_spec(t.spec)))
+                    seen.add(fingerprint(TaskSpec.of(t)))
                 except ApplianceError:
                     continue
     todo: list[TaskSpec] = []
@@ -328,8 +328,7 @@ def admit(settings: Settings, store: Any, specs: list[TaskSpec], *, run_id: str 
         if status not in (None, TaskStatus.PROPOSED):
             continue
         if status is None:
-            store.add_task(Task(spec.id, run_id, spec.family, spec.difficulty, spec.source, split,
-                                TaskStatus.PROPOSED, spec.to_spec()))
+            store.add_task(spec.task_row(run_id, split, task_id=spec.id))
             fp = fingerprint(spec)
             if fp in seen:
                 store.add_validation(spec.id, "dedupe", False, DUPLICATE, {"fingerprint": fp})

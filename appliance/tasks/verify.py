@@ -27,9 +27,9 @@ from pathlib import Path, PurePosixPath
 
 from appliance.config import Settings
 from appliance.errors import ApplianceError
-from appliance.sandbox.api import SandboxAPI, SandboxStarter
 from appliance.sandbox.judge import JudgeRun, run_judge
 from appliance.sandbox.transfer import members, overlay, pack_dir, shell_put, without
+from appliance.seams import SandboxAPI, SandboxStarter
 from appliance.tasks.format import ANSWER_FILE, TaskSpec
 from appliance.tasks.gitsafe import GIT_ENV, defuse_git
 

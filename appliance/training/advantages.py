@@ -37,7 +37,7 @@ class GroupedBatch:
     rollouts: int  # every rollout considered, infra errors included
     valid_rollouts: int  # rollouts in kept groups
     infra_errors: int
-    rewards: list[float] = field(default_factory=list)  # rewards of the valid rollouts in kept groups
+    rewards: dict[str, float] = field(default_factory=dict)  # rollout id -> reward: the valid rollouts in kept groups
     signal_groups: int = 0  # kept groups whose rewards differ: the ones with a non-zero advantage
     turns: dict[str, int] = field(default_factory=dict)  # model calls of each valid rollout (a metric)
 
@@ -47,11 +47,11 @@ class GroupedBatch:
 
     @property
     def reward_mean(self) -> float:
-        return sum(self.rewards) / len(self.rewards) if self.rewards else 0.0
+        return sum(self.rewards.values()) / len(self.rewards) if self.rewards else 0.0
 
     @property
     def reward_std(self) -> float:
-        return _std(self.rewards) if len(self.rewards) > 1 else 0.0
+        return _std(list(self.rewards.values())) if len(self.rewards) > 1 else 0.0
 
 
 def is_valid(rollout: Rollout) -> bool:
@@ -105,13 +105,13 @@ def build_groups(rollouts: list[Rollout], samples: list[Sample], *, min_valid_ro
         zero_std = len(set(rewards)) == 1
         out.zero_std_groups += zero_std
         out.signal_groups += not zero_std
-        out.rewards += rewards
+        out.rewards.update({r.id: reward for r, reward in zip(valid, rewards, strict=True)})
         out.turns.update({r.id: r.turns for r in valid})
         if zero_std and not keep_zero_std:
             continue
         for rollout, adv in zip(valid, advantages, strict=True):
             for s in sorted(by_rollout.get(rollout.id, []), key=lambda s: s.branch):
-                out.samples.append(replace(s, advantage=adv, reward=float(rollout.reward)))  # type: ignore[arg-type]
+                out.samples.append(replace(s, advantage=adv))
     return out
 
 

@@ -84,7 +84,7 @@ class Critic:
             return parts
         cfg, out = self.cfg, []
         for part in parts:
-            rewards = {s.rollout_id: float(s.reward) for s in part.samples}
+            rewards = part.rewards
             credit = tree_credit(part.samples, self.old_values, rewards, gamma=cfg.gae_gamma, lam=cfg.gae_lambda,
                                  fork_baseline=cfg.method == "ppo")
             if cfg.method == "ppo":

@@ -32,7 +32,7 @@ def samples_of(store: Store, rollouts: list[Rollout]) -> list[Sample]:
         if not found and is_valid(r):
             calls = store.model_calls(r.id)
             if calls:
-                found, _ = build_samples(calls, rollout_id=r.id, group_id=r.group_id, reward=float(r.reward or 0.0))
+                found, _ = build_samples(calls, rollout_id=r.id, group_id=r.group_id)
                 store.add_samples(found)
         samples += found
     return samples

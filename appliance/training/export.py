@@ -106,6 +106,7 @@ def _write_merged(base: Path, adapter: Path, out: Path) -> None:
     from transformers import AutoModelForCausalLM
 
     config = json.loads((base / "config.json").read_text())
+    # the config names its dtype ("bfloat16"): the torch attribute of that name
     dtype = getattr(torch, str(config.get("torch_dtype") or config.get("dtype") or "float32"))
     model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
     model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()

@@ -31,28 +31,17 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from appliance.config import Settings
 from appliance.errors import Interrupted
 from appliance.schemas import Checkpoint, Event, Rollout, Sample
+from appliance.seams import EngineControl
 from appliance.store import Store
 from appliance.training.advantages import GroupedBatch, build_groups
 
-
-class EngineControl(Protocol):
-    """What training needs from the engine (appliance.serving.Engine; appliance.testing.FakeEngine)."""
-
-    @property
-    def policy_version(self) -> int: ...
-
-    def pause_for_training(self) -> None: ...
-
-    def load_weights(self, path: Path, kind: str) -> int:
-        """Load a checkpoint ("lora" adapter folder or "full" model folder), pass the canary; the new version."""
-        ...
-
-    def resume(self) -> None: ...
+if TYPE_CHECKING:
+    from appliance.training.trainer import PolicyTrainer
 
 
 @dataclass
@@ -80,7 +69,7 @@ def split_groups(batch: GroupedBatch, steps: int) -> list[GroupedBatch]:
     for i in range(steps):
         chunk = groups[i * per: (i + 1) * per]
         part_samples = [s for g in chunk for s in g]
-        rewards = list({s.rollout_id: s.reward for s in part_samples}.values())
+        rewards = {rid: batch.rewards[rid] for rid in dict.fromkeys(s.rollout_id for s in part_samples)}
         signal = sum(any(s.advantage for s in g) for g in chunk)
         turns = {s.rollout_id: batch.turns[s.rollout_id] for s in part_samples if s.rollout_id in batch.turns}
         part = GroupedBatch(part_samples, len(chunk), 0, 0, batch.rollouts, len(rewards), batch.infra_errors, rewards,
@@ -218,7 +207,7 @@ def drop_stale_optimizer_states(store: Store) -> list[Path]:
     return removed
 
 
-def run_steps(trainer, sft_samples: list[Sample], parts: list[GroupedBatch],
+def run_steps(trainer: PolicyTrainer, sft_samples: list[Sample], parts: list[GroupedBatch],
               record: Callable[[dict[str, float]], None], should_stop: Callable[[], bool] | None = None) -> None:
     """The phase's optimizer work on one trainer: SFT first (it moves the policy toward its own successes,
     GRPO then sharpens), then one GRPO step per part; `record` gets each step's metrics as it ends.
@@ -232,7 +221,7 @@ def run_steps(trainer, sft_samples: list[Sample], parts: list[GroupedBatch],
     turn_credit) is computed from them once for the phase, so with a value head the pass always runs."""
     from appliance.training.sft import sft
 
-    if parts and (sft_samples or len(parts) > 1 or getattr(trainer, "value_head", None) is not None):
+    if parts and (sft_samples or len(parts) > 1 or trainer.value_head is not None):
         trainer.freeze_old_logps(parts)
         parts = trainer.assign_credit(parts)
     if sft_samples:

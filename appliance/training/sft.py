@@ -28,10 +28,13 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.errors import Interrupted
 from appliance.schemas import Outcome, Rollout, Sample
+
+if TYPE_CHECKING:
+    from appliance.training.trainer import PolicyTrainer
 
 MIN_SHARED_PREFIX = 16  # shorter common prefixes are not worth a second forward call
 
@@ -108,10 +111,11 @@ def shared_prefix_nll(model: Any, samples: list[Sample], *, max_len: int, pad_id
     import torch
     from transformers import DynamicCache
 
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PEFT wrapper, or full weights
     decoder, head = base.get_decoder(), base.get_output_embeddings()
     device = next(model.parameters()).device
-    # gradient checkpointing drops a cache in training mode: run the whole sequences then
+    # gradient checkpointing drops a cache in training mode: run the whole sequences then (a model class
+    # without the attribute has no checkpointing)
     prefix = 0 if getattr(base, "is_gradient_checkpointing", False) else shared_prefix_length(samples, max_len)
     ids = [s.token_ids[:max_len] for s in samples]
     width = max(len(t) for t in ids) - prefix
@@ -140,7 +144,7 @@ def shared_prefix_nll(model: Any, samples: list[Sample], *, max_len: int, pad_id
     return nll, len(labels)
 
 
-def sft(policy: Any, samples: list[Sample], should_stop: Callable[[], bool] | None = None) -> dict[str, float]:
+def sft(policy: PolicyTrainer, samples: list[Sample], should_stop: Callable[[], bool] | None = None) -> dict[str, float]:
     """Train `policy` (a `PolicyTrainer`) in place on `samples`; returns loss, steps and trained tokens.
 
     `should_stop` is asked before each optimizer step: a warm-start SFT is twenty minutes on the CPU, and a
@@ -159,7 +163,7 @@ def sft(policy: Any, samples: list[Sample], should_stop: Callable[[], bool] | No
     optimizer = torch.optim.AdamW(params, lr=cfg.sft_learning_rate, weight_decay=cfg.weight_decay)
     batches = plan_batches(samples, cfg.sft_batch_size, cfg.sft_epochs, cfg.seed)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - step / len(batches))
-    rank, world = getattr(policy, "rank", 0), getattr(policy, "world", 1)
+    rank, world = policy.rank, policy.world
     max_tokens = cfg.micro_batch_size * cfg.max_seq_len
     model.train()
     losses, tokens = [], 0

@@ -65,7 +65,7 @@ class PolicyTrainer(Critic):
                 f"the latest checkpoint is a {resume_kind!r} checkpoint but training.full_finetune asks for {self.kind!r}",
                 "keep training.full_finetune as it was for this run, or start a new run",
             )
-        dtype = getattr(torch, cfg.dtype)
+        dtype = getattr(torch, cfg.dtype)  # the setting names a torch dtype ("bfloat16"), checked by config
         weights = resume_from if (resume_from is not None and self.kind == "full") else self.base_model
         if not (weights / "config.json").exists():
             raise TrainingError(f"no Hugging Face model folder at {weights}",

@@ -70,7 +70,7 @@ class CurvesScreen(PollingScreen):
     def show(self, data: CurvesData) -> None:
         self.set_title(data.title)
         for name in FIELDS:
-            self.query_one(f"#cv-{name}", Static).update(getattr(data, name))
+            self.query_one(f"#cv-{name}", Static).update(getattr(data, name))  # each widget shows its field
 
 
 def rate_chart(chart: Chart, width: int, rows: int) -> Content:

@@ -68,7 +68,7 @@ class OverviewScreen(PollingScreen):
     def show(self, data: OverviewData) -> None:
         self.set_title(data.title)
         for name in ("run", "timeline", "system", "rollouts", "curves", "events"):
-            self.query_one(f"#ov-{name}", Static).update(getattr(data, name))
+            self.query_one(f"#ov-{name}", Static).update(getattr(data, name))  # each widget shows its field
 
 
 def phase_durations(store: Store, run_id: str, iteration: int) -> dict[str, float]:

@@ -17,10 +17,10 @@ from faults.faulty_loop import make_loop
 
 
 def _ticks_within(loop, seconds: float, count: int = 3) -> bool:
-    start = len(loop.ran)
+    start = len(loop.phases.ran)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if len(loop.ran) >= start + count:
+        if len(loop.phases.ran) >= start + count:
             return True
         time.sleep(0.02)
     return False
@@ -49,9 +49,9 @@ def test_the_loop_ticks_through_clock_jumps(fault_settings: Settings, store: Sto
         sched.shutdown(wait=True)
     time.sleep(0.3)  # one watch interval: the watch ends with the scheduler
     assert not [t for t in threading.enumerate() if t.name == "scheduler-clock"]
-    ran = len(loop.ran)
+    ran = len(loop.phases.ran)
     time.sleep(0.3)
-    assert len(loop.ran) == ran  # and nothing ticks after the shutdown
+    assert len(loop.phases.ran) == ran  # and nothing ticks after the shutdown
 
 
 def test_the_watch_leaves_an_on_time_job_alone(fault_settings: Settings, store: Store,

@@ -13,6 +13,7 @@ from appliance.config import Settings
 from appliance.errors import EvaluationError
 from appliance.evaluate import learning_curve
 from appliance.loop import Loop
+from appliance.phases import evaluate as evaluate_phase
 from appliance.schemas import IterationStatus, Outcome, Phase, RolloutStatus, RunStatus, TaskStatus
 from appliance.store import Store
 from appliance.testing import FakeEngine
@@ -24,7 +25,7 @@ class Machine:
     def __init__(self, store: Store, broken: int) -> None:
         self.store, self.broken, self.ran = store, broken, []
 
-    def __call__(self, work) -> None:
+    def __call__(self, _context, work) -> None:
         for _, rid in work:
             if self.store.get_rollout(rid).status != RolloutStatus.PENDING:
                 continue  # finished before: the loop's runner runs pending rollouts only
@@ -37,25 +38,27 @@ class Machine:
                 self.store.finish_rollout(rid, Outcome.SUCCESS, 1.0)
 
 
-def evaluating_loop(settings: Settings, store: Store, machine: Machine) -> Loop:
+def evaluating_loop(settings: Settings, store: Store, machine: Machine, monkeypatch: pytest.MonkeyPatch) -> Loop:
     settings.loop.families = ["files"]
     settings.loop.heldout_per_cell = 1
     settings.loop.analysis = False
     settings.evaluation.devset = False
     loop = Loop(settings, store, FakeEngine(), SimpleNamespace(stopping=threading.Event()), log=lambda _: None)
 
-    def validate(tasks) -> None:
+    def validate(_context, tasks) -> None:
         for t in tasks:
             store.set_task_status(t.id, TaskStatus.VALID)
 
-    loop._validate, loop._run_pending = validate, machine  # type: ignore[method-assign]
+    monkeypatch.setattr(evaluate_phase, "validate_tasks", validate)
+    monkeypatch.setattr(evaluate_phase, "run_pending", machine)
     return loop
 
 
-def test_all_infra_errors_fail_the_phase_then_the_run(settings: Settings, store: Store) -> None:
+def test_all_infra_errors_fail_the_phase_then_the_run(settings: Settings, store: Store,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     settings.loop.phase_attempts = 2
     machine = Machine(store, broken=10**6)
-    loop = evaluating_loop(settings, store, machine)
+    loop = evaluating_loop(settings, store, machine, monkeypatch)
     with pytest.raises(EvaluationError, match=r"all (\d+) of \1 rollouts ended in infra errors .*connection refused"):
         loop.tick()
     drawn = len(machine.ran)
@@ -71,7 +74,7 @@ def test_all_infra_errors_fail_the_phase_then_the_run(settings: Settings, store:
 
     # the machine repaired, a restart evaluates: every rollout drawn once more, none twice, calls forgotten
     machine.broken = 0
-    again = evaluating_loop(settings, store, machine)
+    again = evaluating_loop(settings, store, machine, monkeypatch)
     assert again.tick() is True
     rollouts = store.rollouts(loop.run.id, purpose="eval")
     assert len(rollouts) == drawn and all(r.status == RolloutStatus.FINISHED and r.outcome == Outcome.SUCCESS
@@ -81,15 +84,15 @@ def test_all_infra_errors_fail_the_phase_then_the_run(settings: Settings, store:
     assert store.iterations(loop.run.id)[0].phase == Phase.DIAGNOSE
 
 
-def test_some_infra_errors_are_no_evidence(settings: Settings, store: Store) -> None:
+def test_some_infra_errors_are_no_evidence(settings: Settings, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     machine = Machine(store, broken=2)
-    loop = evaluating_loop(settings, store, machine)
+    loop = evaluating_loop(settings, store, machine, monkeypatch)
     assert loop.tick() is True
     drawn = len(machine.ran)
     [(_, p)] = learning_curve(store, loop.run.id)
     assert (p.passed, p.n) == (drawn - 2, drawn - 2)  # the two infra errors count in neither
     assert store.get_run(loop.run.id).status == RunStatus.RUNNING
-    loop.phase_evaluate(0)  # redone (a crash before the phase was marked done): the two are drawn again
+    evaluate_phase.evaluate(loop.context, 0)  # redone (a crash before the phase was marked done): the two are drawn again
     assert len(machine.ran) == drawn + 2
     [(_, p)] = learning_curve(store, loop.run.id)
     assert (p.passed, p.n) == (drawn, drawn)

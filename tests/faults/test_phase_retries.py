@@ -25,7 +25,7 @@ def always(error: BaseException):
 def test_a_bug_in_a_phase_stops_the_run_after_the_bounded_attempts(fault_settings: Settings, store: Store) -> None:
     fault_settings.loop.phase_attempts = 3
     loop = make_loop(fault_settings, store)
-    loop.faults[Phase.SYNTHESIZE] = always(KeyError("family"))
+    loop.phases.faults[Phase.SYNTHESIZE] = always(KeyError("family"))
     ticks(loop, n=2)  # the baseline
     for attempt in (1, 2):
         with pytest.raises(KeyError):
@@ -41,13 +41,13 @@ def test_a_bug_in_a_phase_stops_the_run_after_the_bounded_attempts(fault_setting
     [stopped] = [e.message for e in store.events(loop.run.id) if e.kind == "run" and "failed" in e.message]
     assert "synthesize failed 3 times in a row, last with KeyError: 'family'" in stopped
     assert "`appliance run` continues the run" in stopped
-    assert loop.tick() is False and loop.ran == BASELINE  # no fourth attempt
+    assert loop.tick() is False and loop.phases.ran == BASELINE  # no fourth attempt
 
     # the cause fixed, a restart continues the same run with fresh attempts and loses nothing
     again = make_loop(fault_settings, store)
     assert again.run.id == loop.run.id and store.get_run(loop.run.id).status == RunStatus.RUNNING
     ticks(again)
-    assert again.ran == ITERATION_1 and store.get_run(loop.run.id).status == RunStatus.DONE
+    assert again.phases.ran == ITERATION_1 and store.get_run(loop.run.id).status == RunStatus.DONE
     assert [(i.index, i.status) for i in store.iterations(loop.run.id)] == [(0, IterationStatus.DONE),
                                                                            (1, IterationStatus.DONE)]
 
@@ -65,12 +65,12 @@ def test_a_success_resets_the_count(fault_settings: Settings, store: Store) -> N
                 raise ApplianceError(f"{phase} flaked", "it passes next time")
         return fault
 
-    loop.faults = {p: flaky(p) for p in once}
+    loop.phases.faults = {p: flaky(p) for p in once}
     for _ in range(2):
         with pytest.raises(ApplianceError):
             loop.tick()
         assert loop.tick() is True
-    assert loop.ran == BASELINE and store.get_run(loop.run.id).status == RunStatus.RUNNING
+    assert loop.phases.ran == BASELINE and store.get_run(loop.run.id).status == RunStatus.RUNNING
 
 
 def test_the_scheduler_stops_retrying(fault_settings: Settings, store: Store) -> None:
@@ -85,7 +85,7 @@ def test_the_scheduler_stops_retrying(fault_settings: Settings, store: Store) ->
         attempts.append(time.monotonic())
         raise ApplianceError("the engine does not answer", "look at logs/engine.log")
 
-    loop.faults[Phase.EVALUATE] = fault
+    loop.phases.faults[Phase.EVALUATE] = fault
     sched = scheduler.start(loop)
     try:
         deadline = time.monotonic() + 30

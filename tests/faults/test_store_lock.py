@@ -74,7 +74,7 @@ def test_a_held_write_lock_fails_the_tick_cleanly_then_the_loop_goes_on(fault_se
     assert said[-1].startswith("the loop waits: another process held the store's write lock")
     assert _state(short_busy, loop.run.id) == before  # nothing written, nothing half-written
     ticks(loop)
-    assert loop.ran == BASELINE + ITERATION_1  # every phase exactly once
+    assert loop.phases.ran == BASELINE + ITERATION_1  # every phase exactly once
     assert short_busy.get_run(loop.run.id).status == RunStatus.DONE
 
 
@@ -92,13 +92,13 @@ def test_a_lock_taken_in_the_middle_of_a_phase_costs_no_attempt(fault_settings: 
             holders.append(Holder(fault_settings.db_path, "BEGIN IMMEDIATE"))
         short_busy.set_metrics(loop.run.id, index, {"heldout_tasks": 4.0})
 
-    loop.faults[Phase.EVALUATE] = evaluate
+    loop.phases.faults[Phase.EVALUATE] = evaluate
     assert loop.tick() is False  # the second write found the store locked
     assert short_busy.iterations(loop.run.id)[0].phase == Phase.EVALUATE
     assert short_busy.get_run(loop.run.id).status == RunStatus.RUNNING
     holders[0].release()
     ticks(loop)
-    assert loop.ran == BASELINE + ITERATION_1 and short_busy.get_run(loop.run.id).status == RunStatus.DONE
+    assert loop.phases.ran == BASELINE + ITERATION_1 and short_busy.get_run(loop.run.id).status == RunStatus.DONE
     assert short_busy.metric_series(loop.run.id, "heldout_pass@1") == [(0, 0.25), (1, 0.25)]
     assert short_busy.metric_series(loop.run.id, "heldout_tasks") == [(0, 4.0), (1, 4.0)]
     assert not [e for e in short_busy.events(loop.run.id) if e.kind == "error"]
@@ -120,5 +120,5 @@ def test_a_long_read_transaction_does_not_block_the_loop(fault_settings: Setting
     finally:
         holder.release()
     assert store.get_run(loop.run.id).status == RunStatus.DONE
-    assert len(loop.ran) == len(BASELINE) + 2 * len(ITERATION_1)
+    assert len(loop.phases.ran) == len(BASELINE) + 2 * len(ITERATION_1)
     assert slowest < 2.0

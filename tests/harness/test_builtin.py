@@ -36,7 +36,7 @@ def test_multi_turn_episode_submits_and_rebuilds_into_one_sample():
     assert "```bash" in episode.messages[0]["content"] and "DONE" in episode.messages[0]["content"]
     assert episode.completion_tokens == sum(len(c.completion_ids) for c in policy.calls)
     # the harness sent every answer back verbatim, so the calls merge into one training sequence
-    samples, report = build_samples(policy.calls, rollout_id="scripted", group_id="g", reward=1.0)
+    samples, report = build_samples(policy.calls, rollout_id="scripted", group_id="g")
     assert report.branches == 1 and report.divergences == [] and len(samples) == 1
     assert [t for t, m in zip(samples[0].token_ids, samples[0].mask) if m] == [
         t for c in policy.calls for t in c.completion_ids]
@@ -54,7 +54,7 @@ def test_native_tool_calls_get_tool_messages_and_still_merge():
     tool_messages = [m for m in episode.messages if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in tool_messages] == ["call_0_0", "call_0_1"]
     assert "one command per turn" in tool_messages[1]["content"]
-    assert build_samples(policy.calls, rollout_id="scripted", group_id=None, reward=0.0)[1].branches == 1
+    assert build_samples(policy.calls, rollout_id="scripted", group_id=None)[1].branches == 1
 
 
 def test_an_answer_without_a_command_is_fed_back():

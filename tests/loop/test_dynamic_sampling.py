@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from appliance.loop import extra_draws_for
+from appliance.phases import extra_draws_for
 
 
 def test_a_group_without_variance_draws_group_size_more_up_to_the_bound():
@@ -23,6 +23,8 @@ def test_the_practise_phase_draws_more_for_groups_without_signal_and_resumes_a_c
     from types import SimpleNamespace
 
     from appliance import loop as loop_module
+    from appliance.phases import practise as practise_phase
+    from appliance.practice import new_rollout
     from appliance.schemas import Outcome, Split, Task, TaskStatus
     from appliance.testing import FakeEngine
 
@@ -39,7 +41,7 @@ def test_the_practise_phase_draws_more_for_groups_without_signal_and_resumes_a_c
             store.finish_rollout(r.id, Outcome.SUCCESS if reward else Outcome.FAILURE, reward)
         return []
 
-    monkeypatch.setattr(loop_module, "run_rollouts", fake_run)
+    monkeypatch.setattr(practise_phase, "run_rollouts", fake_run)
     engine = FakeEngine()
     loop = loop_module.Loop(settings, store, engine, SimpleNamespace(stopping=threading.Event()), log=lambda m: None)
     tasks = []
@@ -49,15 +51,15 @@ def test_the_practise_phase_draws_more_for_groups_without_signal_and_resumes_a_c
                      "meta": {"iteration": 1}}, iteration=1)
         store.add_task(task)
         tasks.append(task)
-    loop._draw_more(1, tasks)  # nothing drawn yet: every group is empty, so nothing to add
+    practise_phase.draw_more(loop.context, 1, tasks)  # nothing drawn yet: every group is empty, so nothing to add
     assert ran == []
     for task in tasks:  # the first group_size draws
         for k in range(2):
-            loop_module.new_rollout(store, harness="builtin", policy_version=0, run_id=loop.run.id, task_id=task.id,
+            new_rollout(store, harness="builtin", policy_version=0, run_id=loop.run.id, task_id=task.id,
                                     group_id=f"{task.id}.g1", iteration=1, rollout_id=f"{task.id}.g1.{k}")
     fake_run(None, [(None, r) for r in store.rollouts(loop.run.id, iteration=1)])
     ran.clear()
-    loop._draw_more(1, tasks)
+    practise_phase.draw_more(loop.context, 1, tasks)
     by_task = {name: sorted(r for r in ran if f".{name}.g1." in r) for name in ("t1", "t2", "t3")}
     assert len(by_task["t1"]) == 2  # 0,0 then 0,1: signal after one extra round
     assert by_task["t2"] == []  # had signal already
@@ -69,9 +71,9 @@ def test_the_practise_phase_draws_more_for_groups_without_signal_and_resumes_a_c
     store.add_task(t4)
     scores["t4"] = [0.0, 0.0, 1.0, 0.0]
     for k in range(3):
-        loop_module.new_rollout(store, harness="builtin", policy_version=0, run_id=loop.run.id, task_id=t4.id,
+        new_rollout(store, harness="builtin", policy_version=0, run_id=loop.run.id, task_id=t4.id,
                                 group_id=f"{t4.id}.g1", iteration=1, rollout_id=f"{t4.id}.g1.{k}")
     fake_run(None, [(None, store.get_rollout(f"{t4.id}.g1.{k}")) for k in range(2)])
     ran.clear()
-    loop._draw_more(1, [t4])
+    practise_phase.draw_more(loop.context, 1, [t4])
     assert ran == [f"{t4.id}.g1.2"]  # run, and its success gives the group signal: no further draws

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 from appliance.config import Settings
 from appliance.loop import Loop
+from appliance.phases.practise import practise, warmstart_first
 from appliance.schemas import Checkpoint, Demonstration
 from appliance.store import Store
 from appliance.testing import FakeEngine
@@ -28,20 +29,20 @@ def test_the_first_iteration_skips_practice_when_the_warm_start_has_demonstratio
                                                                                    store: Store) -> None:
     lp = _loop(settings, store)
     run = lp.run.id
-    assert not lp._warmstart_first(1)  # no demonstrations of the warm-start levels yet: practise
+    assert not warmstart_first(lp.context, 1)  # no demonstrations of the warm-start levels yet: practise
     store.add_demonstration(_demonstration(run, settings.training.demo_warmstart_levels[0]))
-    assert lp._warmstart_first(1) and not lp._warmstart_first(2)
-    lp.phase_practise(1)  # returns before any rollout: the fake practice could not run one
+    assert warmstart_first(lp.context, 1) and not warmstart_first(lp.context, 2)
+    practise(lp.context, 1)  # returns before any rollout: the fake practice could not run one
     assert not store.rollouts(run, iteration=1) and any(
         "the warm-start SFT comes first" in e.message for e in store.events(run))
     store.add_checkpoint(Checkpoint(run, 1, 1, "lora", "/nowhere"))
-    assert not lp._warmstart_first(1)  # trained weights exist: practise as usual
+    assert not warmstart_first(lp.context, 1)  # trained weights exist: practise as usual
 
 
 def test_the_setting_off_or_demonstrations_off_practise_as_before(settings: Settings, store: Store) -> None:
     lp = _loop(settings, store)
     store.add_demonstration(_demonstration(lp.run.id, settings.training.demo_warmstart_levels[0]))
     settings.loop.warmstart_first = False
-    assert not lp._warmstart_first(1)
+    assert not warmstart_first(lp.context, 1)
     settings.loop.warmstart_first, settings.training.demonstrations = True, False
-    assert not lp._warmstart_first(1)
+    assert not warmstart_first(lp.context, 1)

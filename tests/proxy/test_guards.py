@@ -35,7 +35,7 @@ MiB = 2**20
 
 @dataclass
 class StandIn:
-    """EngineLike over the stand-in app; `reply` replaces its next answers, `seen` is what reached it."""
+    """ServingEngine over the stand-in app; `reply` replaces its next answers, `seen` is what reached it."""
 
     base_url: str = ""
     policy_version: int = 0

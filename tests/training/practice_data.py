@@ -22,5 +22,5 @@ def practice(groups: dict[str, list[float | None]], seed: int = 0, extra: dict[s
             rollouts.append(Rollout(rid, "run", "t", g, 0, "builtin", 0, RolloutStatus.FINISHED,
                                     outcome=outcome, reward=r or 0.0))
             samples.append(Sample(rid, g, 0, [rng.randrange(2, 2000) for _ in mask], list(mask),
-                                  [-5.0 * m for m in mask], r or 0.0, 0))
+                                  [-5.0 * m for m in mask], 0))
     return rollouts, samples

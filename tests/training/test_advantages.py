@@ -17,7 +17,7 @@ def rollout(rid: str, group: str | None, reward: float | None, outcome: Outcome 
 
 
 def sample(rid: str, group: str | None, branch: int = 0) -> Sample:
-    return Sample(rid, group, branch, [1, 2, 3], [0, 1, 1], [0.0, -1.0, -1.0], 0.0, 0)
+    return Sample(rid, group, branch, [1, 2, 3], [0, 1, 1], [0.0, -1.0, -1.0], 0)
 
 
 def advantages_by_rollout(batch) -> dict[str, list[float]]:

@@ -14,8 +14,8 @@ CHAIN_MASK = [0, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1]
 
 
 def sample(rollout: str, ids: list[int], mask: list[int], *, branch: int = 0, group: str = "g",
-           reward: float = 0.0, advantage: float = 0.0) -> Sample:
-    return Sample(rollout, group, branch, ids, mask, [0.0] * len(ids), reward, 0, advantage=advantage)
+           advantage: float = 0.0) -> Sample:
+    return Sample(rollout, group, branch, ids, mask, [0.0] * len(ids), 0, advantage=advantage)
 
 
 def test_runs_are_the_trained_turns():
@@ -50,8 +50,8 @@ def two_branch_group() -> list[Sample]:
     r1 solved the task (reward 1), r2 did not (0). Their first turn is one node of the tree."""
     shared_ids, shared_mask = [1, 2, 3, 4, 10, 11, 12, 5, 6], [0, 0, 0, 0, 1, 1, 1, 0, 0]
     return [
-        sample("r1", shared_ids + [20, 21], shared_mask + [1, 1], reward=1.0),
-        sample("r2", shared_ids + [40, 41, 42], shared_mask + [1, 1, 1], reward=0.0),
+        sample("r1", shared_ids + [20, 21], shared_mask + [1, 1]),
+        sample("r2", shared_ids + [40, 41, 42], shared_mask + [1, 1, 1]),
     ]
 
 
@@ -85,8 +85,8 @@ def test_a_rollouts_branches_weigh_as_one_rollout_in_the_return():
     ids0, mask0 = [1, 2, 3, 4, 10, 11, 5, 6, 20, 21], [0, 0, 0, 0, 1, 1, 0, 0, 1, 1]
     ids1, mask1 = [1, 2, 3, 4, 10, 11, 5, 7, 30, 31], [0, 0, 0, 0, 0, 0, 0, 0, 1, 1]  # the rewrite after turn 1
     other = [1, 2, 3, 4, 50, 51, 52]
-    group = [sample("a", ids0, mask0, reward=1.0), sample("a", ids1, mask1, branch=1, reward=1.0),
-             sample("b", other, [0, 0, 0, 0, 1, 1, 1], reward=0.0)]
+    group = [sample("a", ids0, mask0), sample("a", ids1, mask1, branch=1),
+             sample("b", other, [0, 0, 0, 0, 1, 1, 1])]
     credit = tree_credit(group, {}, {"a": 1.0, "b": 0.0}, gamma=1.0, lam=1.0)
     # the first state is a fork of a's turn and b's: weighted by rollouts (1 each), not by branches (2 : 1)
     assert credit.advantage[("a", 0, 4)] == pytest.approx(0.5)
@@ -95,7 +95,7 @@ def test_a_rollouts_branches_weigh_as_one_rollout_in_the_return():
 
 
 def test_grpo_turn_credit_only_redistributes_the_outcome_between_a_rollouts_turns():
-    s = sample("r", CHAIN_IDS, CHAIN_MASK, reward=1.0, advantage=0.75)
+    s = sample("r", CHAIN_IDS, CHAIN_MASK, advantage=0.75)
     v = {("r", 0, 4): 0.1, ("r", 0, 9): 0.7, ("r", 0, 13): 0.8}
     td = centred_per_rollout(tree_credit([s], v, {"r": 1.0}, lam=0.0, fork_baseline=False))
     [out] = with_credit([s], td, dedup=False, outcome_coef=1.0, turn_coef=0.5)

@@ -14,7 +14,7 @@ def add_rollout(store, rid: str, *, version: int = 0, outcome: Outcome = Outcome
                 samples: bool = True, calls: bool = False) -> None:
     store.add_rollout(Rollout(rid, "run", "t", "g", 0, "builtin", version, RolloutStatus.PENDING))
     if samples:
-        store.add_samples([Sample(rid, "g", 0, [1, 2, 3, 4], [0, 0, 1, 1], [0.0, 0.0, -0.5, -0.5], 1.0, version)])
+        store.add_samples([Sample(rid, "g", 0, [1, 2, 3, 4], [0, 0, 1, 1], [0.0, 0.0, -0.5, -0.5], version)])
     if calls:
         store.add_model_call(ModelCall(None, rid, -1, "ok", {}, {}, [1, 2], [3, 4], [-0.5, -0.25], version, 0.1))
     if finish:
@@ -54,6 +54,7 @@ def test_the_loops_train_phase_rebuilds_samples_a_crash_lost(store, settings, mo
     from types import SimpleNamespace
 
     from appliance import loop as loop_module
+    from appliance.phases import train as train_phase
 
     seen = {}
 
@@ -61,7 +62,7 @@ def test_the_loops_train_phase_rebuilds_samples_a_crash_lost(store, settings, mo
         seen["samples"] = [(s.rollout_id, s.mask) for s in samples]
         return SimpleNamespace(policy_version=0, timings={}, steps=[])
 
-    monkeypatch.setattr(loop_module, "learn", fake_learn)
+    monkeypatch.setattr(train_phase, "learn", fake_learn)
     settings.training.demonstrations = False  # this test is about RL samples; demonstrations need the model folder
     engine = FakeEngine()
     engine.base_url = "http://unused"
@@ -70,6 +71,6 @@ def test_the_loops_train_phase_rebuilds_samples_a_crash_lost(store, settings, mo
     store.add_model_call(ModelCall(None, "a", -1, "ok", {}, {}, [1, 2], [3, 4], [-0.5, -0.25], 0, 0.1))
     store.start_rollout("a")
     store.finish_rollout("a", Outcome.SUCCESS, 1.0)  # and the process died before the samples were written
-    loop.phase_train(1)
+    train_phase.train(loop.context, 1)
     assert seen["samples"] == [("a", [0, 0, 1, 1])]
     assert store.samples("a")

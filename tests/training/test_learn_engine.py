@@ -46,7 +46,7 @@ def test_grpo_step_on_engine_samples_is_synced_and_served(engine):
         rollouts.append(Rollout(rid, run_id, "t", "g", 0, "builtin", engine.policy_version, RolloutStatus.FINISHED,
                                 outcome=Outcome.SUCCESS if reward else Outcome.FAILURE, reward=reward))
         samples.append(Sample(rid, "g", 0, prompt + ids, [0] * len(prompt) + [1] * len(ids),
-                              [0.0] * len(prompt) + logprobs, reward, engine.policy_version))
+                              [0.0] * len(prompt) + logprobs, engine.policy_version))
 
     version = engine.policy_version
     result = learn(engine.store, settings, engine, rollouts, samples, run_id=run_id, iteration=0)

@@ -27,13 +27,13 @@ def rollout(rid: str, outcome: Outcome) -> Rollout:
 
 
 def sample(rid: str, tokens: list[int], mask: list[int]) -> Sample:
-    return Sample(rid, None, 0, tokens, mask, [0.0] * len(tokens), 1.0, 0)
+    return Sample(rid, None, 0, tokens, mask, [0.0] * len(tokens), 0)
 
 
 def test_only_successful_rollouts_are_kept():
     rollouts = [rollout("a", Outcome.SUCCESS), rollout("b", Outcome.FAILURE), rollout("c", Outcome.INFRA_ERROR)]
-    samples = [Sample(r.id, "g", 0, TOKENS, MASK, [0.0] * 30, 1.0, 0) for r in rollouts]
-    samples.append(Sample("a", "g", 1, TOKENS, [0] * 30, [0.0] * 30, 1.0, 0))  # nothing sampled: nothing to learn
+    samples = [Sample(r.id, "g", 0, TOKENS, MASK, [0.0] * 30, 0) for r in rollouts]
+    samples.append(Sample("a", "g", 1, TOKENS, [0] * 30, [0.0] * 30, 0))  # nothing sampled: nothing to learn
     assert [(s.rollout_id, s.branch) for s in successful_samples(rollouts, samples)] == [("a", 0)]
 
 
@@ -113,7 +113,7 @@ def test_the_shared_prefix_gives_the_full_sequences_loss_and_gradient(tiny_model
 def test_sft_moves_the_lora_weights(tiny_model):
     policy = PolicyTrainer(TrainingSettings(sft_batch_size=2, sft_learning_rate=1e-2), tiny_model)
     before = policy.trainable_state()
-    metrics = sft(policy, [Sample("a", "g", 0, TOKENS, MASK, [0.0] * 30, 1.0, 0)] * 2)
+    metrics = sft(policy, [Sample("a", "g", 0, TOKENS, MASK, [0.0] * 30, 0)] * 2)
     assert metrics["sft_steps"] == 1 and metrics["sft_tokens"] == 2 * 12 and metrics["sft_loss"] > 0
     after = policy.trainable_state()
     assert any(not torch.equal(before[n], after[n]) for n in before)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-from appliance.schemas import Split, Task, TaskStatus
+from appliance.schemas import Split
 from appliance.store import Store
 from appliance.tasks.format import TaskSpec, load_task
 
@@ -43,6 +43,5 @@ def fix_devset(store: Store, run_id: str) -> int:
         return 0
     added = 0
     for spec in devset_tasks():
-        added += store.add_task(Task(f"{run_id}.{spec.id}", run_id, spec.family, spec.difficulty, spec.source,
-                                     Split.DEV, TaskStatus.PROPOSED, spec.to_spec()))
+        added += store.add_task(spec.task_row(run_id, Split.DEV))
     return added

@@ -1,0 +1,34 @@
+"""EVALUATE: held-out pass@1 (and the transfer dev set's beside it) at the policy version now serving.
+
+`appliance.evaluate` samples, budgets and counts; this phase validates held-out tasks not yet checked and
+runs the rollouts through the same resumable path as practice.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from appliance.evaluate import evaluate_devset, evaluate_heldout
+from appliance.phases.context import PhaseContext
+from appliance.phases.practise import run_pending
+from appliance.phases.validate import validate_tasks
+from appliance.practice import new_rollout
+from appliance.schemas import Split, TaskStatus
+
+
+def evaluate(ctx: PhaseContext, index: int) -> None:
+    heldout = ctx.store.tasks(ctx.run_id, split=Split.HELDOUT)
+    proposed = [t for t in heldout if t.status == TaskStatus.PROPOSED]
+    if proposed:
+        validate_tasks(ctx, proposed)
+    version, harness = ctx.engine.policy_version, ctx.settings.loop.harness
+    run = partial(run_pending, ctx)
+    # One rule for held-out pass@1, whatever the controller: `evaluate` samples, budgets and counts it.
+    result = evaluate_heldout(ctx.store, ctx.settings, ctx.run_id, index, version, harness=harness,
+                              run_pending=run, new_rollout=new_rollout)
+    ctx.event("evaluate", f"iteration {index}: held-out pass@1 {result.describe()} over {result.tasks} "
+              f"tasks x {result.k} at policy version {version}")
+    dev = evaluate_devset(ctx.store, ctx.settings, ctx.run_id, index, version, harness=harness, run_pending=run,
+                          new_rollout=new_rollout, validate=partial(validate_tasks, ctx))
+    if dev is not None:
+        ctx.event("evaluate", f"iteration {index}: dev-set pass@1 {dev.describe()} over {dev.tasks} tasks x {dev.k}")

@@ -1,0 +1,101 @@
+"""PRACTISE: the policy's rollouts on the iteration's tasks, group_size each, and more for groups without signal.
+
+Rollout ids are derived from (task, iteration, draw index), so a crash resumes the same draws: a rollout
+left `running` is requeued (its calls forgotten), a pending one is run, a finished one is kept.
+"""
+
+from __future__ import annotations
+
+from appliance.phases.context import PhaseContext
+from appliance.practice import new_rollout, run_rollouts
+from appliance.schemas import Outcome, RolloutStatus, Task, TaskStatus
+from appliance.tasks import TaskSpec
+from appliance.tasks.pool import record_band
+
+Work = list[tuple[TaskSpec, str]]  # (task, rollout id)
+
+
+def run_pending(ctx: PhaseContext, work: Work) -> None:
+    """Run the rollouts named in `work` that are not finished; requeue those a crash interrupted."""
+    todo = []
+    for spec, rollout_id in work:
+        r = ctx.store.get_rollout(rollout_id)
+        if r.status == RolloutStatus.RUNNING:
+            ctx.store.requeue_rollout(rollout_id)
+            r = ctx.store.get_rollout(rollout_id)
+        if r.status == RolloutStatus.PENDING:
+            todo.append((spec, r))
+    run_rollouts(ctx.practice, todo)
+
+
+def practise(ctx: PhaseContext, index: int) -> None:
+    lp = ctx.settings.loop
+    if warmstart_first(ctx, index):
+        ctx.event("practise", f"iteration {index}: no practice: the warm-start SFT comes first (loop.warmstart_first)")
+        return
+    tasks = ctx.iteration_tasks(index, TaskStatus.VALID) + [
+        t for t in ctx.iteration_tasks(index) if t.status in (TaskStatus.LEARNABLE, TaskStatus.TOO_EASY, TaskStatus.TOO_HARD)]
+    run_pending(ctx, [draw(ctx, task, index, k) for task in tasks for k in range(lp.group_size)])
+    draw_more(ctx, index, tasks)
+    for task in ctx.iteration_tasks(index, TaskStatus.VALID):
+        rs = [r for r in ctx.store.rollouts(ctx.run_id, group_id=f"{task.id}.g{index}")
+              if r.outcome != Outcome.INFRA_ERROR]
+        if rs:  # every rollout an infra error: no verdict; the task stays valid for a later round
+            record_band(ctx.store, task.id, sum(r.outcome == Outcome.SUCCESS for r in rs), len(rs), lp.band)
+    rollouts = ctx.store.rollouts(ctx.run_id, iteration=index, purpose="train")
+    wins = sum(r.outcome == Outcome.SUCCESS for r in rollouts)
+    infra = sum(r.outcome == Outcome.INFRA_ERROR for r in rollouts)
+    ctx.event("practise", f"iteration {index}: {len(rollouts)} rollouts, {wins} successes, {infra} infra errors")
+
+
+def draw(ctx: PhaseContext, task: Task, index: int, k: int) -> tuple[TaskSpec, str]:
+    """The k-th rollout of a task's group this iteration (made once: a second call finds it)."""
+    group = f"{task.id}.g{index}"
+    r = new_rollout(ctx.store, harness=ctx.settings.loop.harness, policy_version=ctx.engine.policy_version,
+                    run_id=ctx.run_id, task_id=task.id, group_id=group, iteration=index, purpose="train",
+                    rollout_id=f"{group}.{k}")
+    return TaskSpec.of(task), r.id
+
+
+def warmstart_first(ctx: PhaseContext, index: int) -> bool:
+    cfg = ctx.settings.training
+    if not (ctx.settings.loop.warmstart_first and cfg.demonstrations and index == 1):
+        return False
+    if ctx.store.rollouts(ctx.run_id, iteration=index, purpose="train"):
+        return False  # practised before (a run that started with the setting off): finish that
+    return not ctx.store.checkpoints(ctx.run_id) and bool(
+        ctx.store.demonstrations(ctx.run_id, levels=cfg.demo_warmstart_levels))
+
+
+def draw_more(ctx: PhaseContext, index: int, tasks: list[Task]) -> None:
+    """Dynamic sampling (DAPO), bounded: a group whose valid rollouts all scored the same has advantage 0
+    and teaches nothing, so it gets more rollouts, group_size at a time, up to `loop.extra_draws` extra,
+    until its rewards differ. Ids continue the group's numbering, so a restart resumes the same draws."""
+    lp, drawn = ctx.settings.loop, 0
+    for _ in range(-(-lp.extra_draws // lp.group_size) + 1):  # the bound's rounds, plus one to finish a crash's
+        work: Work = []
+        for task in tasks:
+            rs = ctx.store.rollouts(ctx.run_id, group_id=f"{task.id}.g{index}")
+            unfinished = [r for r in rs if r.status != RolloutStatus.FINISHED]
+            if unfinished:  # drawn before a crash: run those first
+                work += [(TaskSpec.of(task), r.id) for r in unfinished]
+                continue
+            rewards = [float(r.reward or 0.0) for r in rs if r.outcome != Outcome.INFRA_ERROR]
+            more = extra_draws_for(rewards, lp.group_size, lp.extra_draws, len(rs))
+            work += [draw(ctx, task, index, k) for k in range(len(rs), len(rs) + more)]
+        if not work:
+            break
+        drawn += len(work)
+        run_pending(ctx, work)
+    if drawn:
+        ctx.event("practise", f"iteration {index}: {drawn} extra rollouts for groups without signal", extra=drawn)
+
+
+def extra_draws_for(rewards: list[float], group_size: int, max_extra: int, drawn: int | None = None) -> int:
+    """How many more rollouts a group gets now: none once its (valid) rewards differ, none without any valid
+    reward (the machine failed; more draws would fail too), otherwise up to group_size more while fewer than
+    `max_extra` extra have been drawn (`drawn`: rollouts so far, infra errors included)."""
+    drawn = len(rewards) if drawn is None else drawn
+    if not rewards or len(set(rewards)) > 1:
+        return 0
+    return max(0, min(group_size, group_size + max_extra - drawn))

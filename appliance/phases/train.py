@@ -1,0 +1,49 @@
+"""TRAIN: one learning step on the iteration's finished rollouts and the demonstrations mixed in (LEARN).
+
+Skipped when the iteration's checkpoint exists: the engine restored those weights at start. DESIGN.md's
+walk-through follows a rollout's reward from the verifier's verdict through its samples' advantages to
+the loss.
+"""
+
+from __future__ import annotations
+
+from appliance.demonstrations import DemoMix, training_mix
+from appliance.errors import ApplianceError
+from appliance.hindsight import relabel_hindsight
+from appliance.phases.context import PhaseContext
+from appliance.schemas import RolloutStatus
+from appliance.training.learn import learn
+
+
+def train(ctx: PhaseContext, index: int) -> None:
+    if any(c.iteration == index for c in ctx.store.checkpoints(ctx.run_id)):
+        return  # trained before a crash; the engine restored these weights at start
+    rollouts = [r for r in ctx.store.rollouts(ctx.run_id, iteration=index, purpose="train")
+                if r.status == RolloutStatus.FINISHED]
+    ctx.store.check_trainable({r.task_id for r in rollouts if r.task_id})
+    from appliance.training.data import samples_of
+
+    samples = samples_of(ctx.store, rollouts)  # a rollout whose samples are missing is rebuilt
+    mix = demonstration_mix(ctx, index, len(samples))
+    try:
+        result = learn(ctx.store, mix.settings, ctx.engine, rollouts, samples, run_id=ctx.run_id, iteration=index,
+                       steps=ctx.settings.loop.train_steps, demonstrations=mix.samples,
+                       should_stop=ctx.practice.stopping.is_set)
+    except ApplianceError as e:  # a failed sync keeps the old weights serving; the run goes on
+        ctx.check_stopping("training")
+        ctx.event("error", f"iteration {index}: training did not produce new weights: {e.message}")
+        return
+    ctx.event("train", f"iteration {index}: policy version {result.policy_version}", sum(result.timings.values()),
+              steps=len(result.steps))
+
+
+def demonstration_mix(ctx: PhaseContext, index: int, rl_samples: int) -> DemoMix:
+    """Hindsight relabels of this iteration's hinted successes, then what LEARN trains on besides RL."""
+    if not ctx.settings.training.demonstrations:
+        return DemoMix([], False, ctx.settings)
+    relabelled = relabel_hindsight(ctx.store, ctx.run_id, index, ctx.tokenizer(), keep_successes=True)
+    frontier = {f: int(v) for f, v in ((ctx.previous_report(index) or {}).get("levels") or {}).items()}
+    mix = training_mix(ctx.settings, ctx.store, ctx.run_id, index, frontier, rl_samples)
+    ctx.event("demonstrations", f"iteration {index}: {mix.describe()} ({relabelled} new from successes)",
+              warmstart=mix.warmstart, samples=len(mix.samples), hindsight=relabelled)
+    return mix
