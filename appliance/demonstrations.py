@@ -89,10 +89,10 @@ def demonstrate(settings: Settings, spec: TaskSpec, *, start: SandboxStarter | N
     untrained: list[int] = []
     try:
         write_workspace(spec, workspace)
-        timeout = min(limits.command_timeout_s, spec.limits.timeout_s)
+        timeout = min(limits.command_timeout_s, spec.limits.command_timeout_s)
         with starter(workspace=workspace, labels={"appliance.demonstration": spec.id}) as sb:
             if spec.setup.strip():
-                setup = sb.exec(spec.setup, timeout=spec.limits.timeout_s)
+                setup = sb.exec(spec.setup, timeout=spec.limits.setup_timeout_s)
                 if setup.exit_code != 0:
                     return DemoRun(messages, False, f"task set-up failed ({setup.exit_code})")
             shell = sb.shell()

@@ -115,7 +115,7 @@ def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> Rollout
         with practice.pool.start(workspace=workspace, image=image, door=door,
                                  labels={"appliance.rollout": rollout.id}) as sb:
             if spec.setup.strip():
-                setup = sb.exec(spec.setup, timeout=spec.limits.timeout_s)
+                setup = sb.exec(spec.setup, timeout=spec.limits.setup_timeout_s)
                 if setup.exit_code != 0:
                     raise _Infra(f"task set-up failed ({setup.exit_code}): {setup.stderr.strip()[-300:]}")
             answer = ""
@@ -125,7 +125,9 @@ def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> Rollout
             else:
                 spec_h = harness_settings(settings, rollout.harness)
                 ext = run_external(sb, spec_h, instruction=spec.instruction, token=token,
-                                   max_turns=min(settings.harness.max_turns, spec.limits.max_turns))
+                                   max_turns=min(settings.harness.max_turns, spec.limits.max_turns),
+                                   command_timeout_s=min(settings.harness.command_timeout_s,
+                                                         spec.limits.command_timeout_s))
                 turns = len([c for c in store.model_calls(rollout.id) if c.status == "ok"])
                 episode = external_episode(ext.exit_code, ext.timed_out, turns, ext.stderr)
                 answer = ext.answer
@@ -217,7 +219,7 @@ def _run_builtin(practice: Practice, spec: TaskSpec, shell: Any, token: str) -> 
     client.transport = practice.client_transport
     limits = Limits.from_settings(h)
     limits.max_turns = min(limits.max_turns, spec.limits.max_turns)
-    limits.command_timeout_s = min(limits.command_timeout_s, spec.limits.timeout_s)
+    limits.command_timeout_s = min(limits.command_timeout_s, spec.limits.command_timeout_s)
     return run_builtin(request_of(spec.instruction, spec.answer), shell, client, limits)
 
 

@@ -54,7 +54,7 @@ def sandbox_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
         "APPLIANCE_PODMAN__GRAPHROOT": str(base / "storage"),
         "APPLIANCE_SANDBOX__MEMORY": "256m",
         "APPLIANCE_SANDBOX__LIFETIME_S": "600",  # the dead-man switch for anything a failed test leaves
-        "APPLIANCE_SANDBOX__COMMAND_TIMEOUT_S": "30",
+        "APPLIANCE_SANDBOX__EXEC_TIMEOUT_S": "30",
     }
     if image_exists(main):
         env["APPLIANCE_PODMAN__ADDITIONAL_IMAGE_STORES"] = f'["{main.podman_graphroot}"]'

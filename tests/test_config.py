@@ -74,3 +74,10 @@ def test_loading_does_not_leak_environment(tmp_path: Path, monkeypatch: pytest.M
     import os
 
     assert os.environ["APPLIANCE_ENGINE__PORT"] == "9100"
+
+
+def test_a_renamed_key_names_its_new_name(tmp_path: Path) -> None:
+    (tmp_path / "appliance.toml").write_text("[sandbox]\ncommand_timeout_s = 30\n")
+    with pytest.raises(ConfigError, match=r"'sandbox.command_timeout_s' .* is now sandbox.exec_timeout_s") as e:
+        load_settings(environ={"APPLIANCE_HOME": str(tmp_path)})
+    assert "harness.command_timeout_s" in e.value.message

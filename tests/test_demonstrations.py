@@ -215,7 +215,7 @@ def test_store_keeps_one_row_per_conversation_and_refuses_heldout(store: Store) 
     (back,) = store.demonstrations("r1", levels=[2])
     assert back.messages == messages and back.token_ids == demo.token_ids and back.mask == demo.mask
     sample = back.to_sample()
-    assert sample.rollout_id == f"demo:{back.id}" and sample.mask == demo.mask and sample.reward == 1.0
+    assert sample.rollout_id == f"demo:{back.id}" and sample.mask == demo.mask
     assert store.demonstrations("r1", levels=[3]) == []
     held = task_of(synthesize("files", 2, 1, seed="y")[0], split=Split.HELDOUT)
     store.add_task(held)

@@ -175,7 +175,7 @@ def tasks_import(ctx: click.Context, file: Path, fmt: str, setup_file: Path | No
     settings = settings_of(ctx)
     setup = setup_file.read_text(encoding="utf-8") if setup_file else ""
     options: dict[str, Any] = dict(setup=setup, root=root, family=family, difficulty=difficulty,
-                                   limits=Limits(max_turns=8, timeout_s=timeout_s))
+                                   limits=Limits(max_turns=8, command_timeout_s=timeout_s, setup_timeout_s=timeout_s))
     if out is not None:
         rows = import_file(settings, file, None, out=out, **options)
     else:

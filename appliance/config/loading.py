@@ -77,13 +77,21 @@ def _section_fields(loc: tuple[Any, ...]) -> list[str]:
     return sorted(model.model_fields)
 
 
+# Keys an earlier build read, and what replaced them: the error names the new key instead of "unknown".
+RENAMED = {
+    "sandbox.command_timeout_s": "sandbox.exec_timeout_s (an agent's command is limited by harness.command_timeout_s)",
+}
+
+
 def _config_error(e: ValidationError, path: Path) -> ConfigError:
     problems, hints = [], []
     for err in e.errors():
         key = ".".join(str(p) for p in err["loc"])
         env_name = "APPLIANCE_" + "__".join(str(p) for p in err["loc"]).upper()
         where = f"(in {path} or ${env_name})"
-        if err["type"] == "extra_forbidden":
+        if err["type"] == "extra_forbidden" and key in RENAMED:
+            problems.append(f"{key!r} {where} is now {RENAMED[key]}")
+        elif err["type"] == "extra_forbidden":
             problems.append(f"unknown key {key!r} {where}")
             valid = _section_fields(err["loc"])
             if valid:

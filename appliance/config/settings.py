@@ -36,7 +36,9 @@ class SandboxSettings(Section):
     pids_limit: int = Field(256, ge=16, description="Maximum processes per sandbox (fork-bomb guard).")
     cpus: float = Field(1.0, gt=0, description="CPU share per sandbox (podman --cpus).")
     lifetime_s: int = Field(1800, ge=10, description="Hard lifetime: podman kills and removes the sandbox after this.")
-    command_timeout_s: float = Field(60.0, gt=0, description="Default time limit of one command inside a sandbox.")
+    exec_timeout_s: float = Field(60.0, gt=0, description="Time limit of a command the appliance runs in a sandbox "
+                                  "without one of its own (`appliance sandbox exec`). An agent's command has "
+                                  "harness.command_timeout_s; a task's scripts have the task's [limits].")
     output_limit_bytes: int = Field(
         1_000_000, ge=1024, description="Output of one command kept per stream; the rest is cut with a marker."
     )
@@ -209,7 +211,8 @@ class HarnessSettings(Section):
     wall_time_s: float = Field(
         600.0, gt=0, description="The agent's time per episode; waiting for a busy engine (503) does not count."
     )
-    command_timeout_s: float = Field(60.0, gt=0, description="Time limit of one command the agent runs.")
+    command_timeout_s: float = Field(60.0, gt=0, description="Time limit of one command the agent runs, with either "
+                                     "harness: a task's own `[limits] command_timeout_s` is honoured up to this cap.")
     observation_chars: int = Field(2000, ge=100, description="Command output shown to the model; longer keeps head and tail.")
     engine_wait_s: float = Field(
         3600.0, gt=0, description="Longest wait for an engine answering 503 before the episode is an infra error."
@@ -319,7 +322,9 @@ class ExternalHarnessSettings(Section):
     recipe: str = Field(description="Recipe folder (Containerfile, requirements.txt, package.txt): a name under "
                         "appliance/harness/images or an absolute path.")
     command: list[str] = Field(description="Command line run in /workspace. Placeholders: {instruction}, "
-                               "{openai_base_url}, {anthropic_base_url}, {base_url}, {api_key}, {model}, {max_turns}.")
+                               "{openai_base_url}, {anthropic_base_url}, {base_url}, {api_key}, {model}, {max_turns}, "
+                               "{command_timeout_s} (whole seconds: the task's limit of one command, capped by "
+                               "harness.command_timeout_s).")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment (same placeholders).")
     timeout_s: float = Field(900.0, gt=0, description="Wall time of one episode of this harness.")
     answer: str = Field("", description="Where the harness leaves the final answer it submits with (a question "
@@ -334,6 +339,7 @@ def default_harnesses() -> dict[str, ExternalHarnessSettings]:
             command=["python3", "-m", "minisweagent.run.mini", "-c", "mini_textbased.yaml",
                      "-c", "model.model_kwargs.api_base={openai_base_url}", "-c", "model.model_kwargs.api_key={api_key}",
                      "-c", "agent.step_limit={max_turns}", "-c", "environment.cwd=/workspace",
+                     "-c", "environment.timeout={command_timeout_s}",
                      "-m", "openai/{model}", "--model-class", "litellm_textbased", "-l", "0",
                      "-t", "{instruction}", "--yolo", "--exit-immediately", "-o", "/tmp/trajectory.json"],
             env={"OPENAI_API_KEY": "{api_key}", "OPENAI_BASE_URL": "{openai_base_url}"},

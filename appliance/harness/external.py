@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -103,10 +104,10 @@ def door_urls(token: str) -> dict[str, str]:
 
 
 def run_external(sandbox: Sandbox, spec: ExternalHarnessSettings, *, instruction: str, token: str,
-                 model: str = "policy", max_turns: int = 10) -> ExternalRun:
+                 model: str = "policy", max_turns: int = 10, command_timeout_s: float = 60.0) -> ExternalRun:
     """Run the harness's command line once in /workspace; the sandbox was started with the model door."""
     values = {**door_urls(token), "api_key": token, "model": model, "instruction": instruction,
-              "max_turns": str(max_turns)}
+              "max_turns": str(max_turns), "command_timeout_s": str(max(1, math.ceil(command_timeout_s)))}
     try:
         argv = [part.format(**values) for part in spec.command]
         env = {k: v.format(**values) for k, v in spec.env.items()}

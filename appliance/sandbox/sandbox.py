@@ -245,7 +245,7 @@ class Sandbox:
         Processes the command leaves in the background die when it returns; keep a server running
         across commands with `shell()` instead.
         """
-        limit = timeout or self.settings.sandbox.command_timeout_s
+        limit = timeout or self.settings.sandbox.exec_timeout_s
         argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         envs = [a for k, v in (env or {}).items() for a in ("-e", f"{k}={v}")]
         full = [podman_bin(), "exec", "-w", cwd, *envs, self.name, "bash", "-c", _EXEC_WRAPPER, f"{limit:g}", *argv]

@@ -125,7 +125,7 @@ class Shell:
         return proc
 
     def run(self, cmd: str, timeout: float | None = None) -> ExecResult:
-        limit = timeout or self._sb.settings.sandbox.command_timeout_s
+        limit = timeout or self._sb.settings.sandbox.exec_timeout_s
         if self._proc is None or self._proc.poll() is not None:
             self._proc = self._open()
         proc = self._proc

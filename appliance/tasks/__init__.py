@@ -5,7 +5,8 @@ Task format, version 1 (docs/TASKS.md has the full reference)
 A task is a directory::
 
     task.toml      format_version = 1, id, family, difficulty (1..5), source (procedural | self_proposed |
-                   user), instruction, [limits] max_turns + timeout_s, [workspace] protected = [paths],
+                   user), instruction, [limits] max_turns + command_timeout_s, setup_timeout_s,
+                   verifier_timeout_s, [workspace] protected = [paths],
                    optional [meta] (provenance: generator, seed)
     workspace/     the files the agent starts with (UTF-8 text), copied to /workspace
     setup.sh       optional bash run in /workspace before the agent starts (no network)

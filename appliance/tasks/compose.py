@@ -53,8 +53,7 @@ def compose(a: TaskSpec, b: TaskSpec, rng: random.Random) -> TaskSpec | None:
         difficulty=max(a.difficulty, b.difficulty), instruction=instruction, verify=verifier([a, b]),
         solution=a.solution.rstrip("\n") + "\n" + b.solution.rstrip("\n") + "\n", files={**a.files, **b.files},
         setup=setup + "\n" if setup else "", verify_lang="bash", protected=sorted({*a.protected, *b.protected}),
-        source=a.source, limits=Limits(min(MAX_TURNS, a.limits.max_turns + b.limits.max_turns),
-                                       min(MAX_TIMEOUT_S, max(a.limits.timeout_s, b.limits.timeout_s))),
+        source=a.source, limits=composed_limits(a.limits, b.limits),
         meta={"composed_of": [a.id, b.id], "families": [a.family, b.family], "register": register})
 
 
@@ -82,3 +81,11 @@ def compose_round(pool: list[TaskSpec], n: int, rng: random.Random, exclude: set
             exclude.add(spec.id)
             out.append(spec)
     return out
+
+
+def composed_limits(a: Limits, b: Limits) -> Limits:
+    """Turns for both parts; a command may need the longer part's limit; setup and verifier run both parts'."""
+    return Limits(min(MAX_TURNS, a.max_turns + b.max_turns),
+                  max(a.command_timeout_s, b.command_timeout_s),
+                  min(MAX_TIMEOUT_S, a.setup_timeout_s + b.setup_timeout_s),
+                  min(MAX_TIMEOUT_S, a.verifier_timeout_s + b.verifier_timeout_s))

@@ -37,8 +37,45 @@ ANSWER_FILE = "/tmp/answer.txt"
 
 @dataclass(slots=True)
 class Limits:
+    """What a task may take: turns, and three time limits with one meaning each. Both harnesses and
+    validation honour them (a harness setting caps the first two: `harness.max_turns`, `.command_timeout_s`)."""
+
     max_turns: int = 10
-    timeout_s: float = 60.0  # per command the agent (or the reference solution) runs
+    command_timeout_s: float = 60.0  # one command the agent runs (and the reference solution, in one go)
+    setup_timeout_s: float = 60.0  # the task's setup script, before the agent starts
+    verifier_timeout_s: float = 60.0  # the verifier on a workspace (what an agent left may make it hang)
+
+    @classmethod
+    def of(cls, table: dict[str, Any]) -> Limits:
+        """A `[limits]` table. `timeout_s`, format 1's one limit, is read as the command and setup limits."""
+        table = dict(table)
+        if "timeout_s" in table:
+            old = table.pop("timeout_s")
+            given = [k for k in ("command_timeout_s", "setup_timeout_s") if k in table]
+            if given:
+                raise TaskFormatError(f"[limits] has both timeout_s and {', '.join(given)}",
+                                      "timeout_s is the older name of command_timeout_s and setup_timeout_s: drop it")
+            table |= {"command_timeout_s": old, "setup_timeout_s": old}
+        try:
+            return cls(**table)
+        except TypeError as e:
+            raise TaskFormatError(f"bad [limits]: {e}", f"limits has {', '.join(LIMIT_KEYS)}") from None
+
+    def check(self) -> None:
+        turns = self.max_turns
+        if isinstance(turns, bool) or not isinstance(turns, int) or not 1 <= turns <= MAX_TURNS:
+            raise TaskFormatError(f"limits.max_turns = {turns!r} is not a whole number in 1..{MAX_TURNS}",
+                                  f"set max_turns to 1..{MAX_TURNS}")
+        seconds = {"command_timeout_s": self.command_timeout_s, "setup_timeout_s": self.setup_timeout_s,
+                   "verifier_timeout_s": self.verifier_timeout_s}
+        for key, value in seconds.items():
+            if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                    or not 0 < value <= MAX_TIMEOUT_S):
+                raise TaskFormatError(f"limits.{key} = {value!r} is not a finite number of seconds in "
+                                      f"(0, {MAX_TIMEOUT_S:g}]", f"set {key} to at most {MAX_TIMEOUT_S:g} (e.g. 30.0)")
+
+
+LIMIT_KEYS = ("max_turns", "command_timeout_s", "setup_timeout_s", "verifier_timeout_s")
 
 
 @dataclass(slots=True)
@@ -99,12 +136,10 @@ class TaskSpec:
             raise TaskFormatError(f"task is missing {', '.join(missing)}", "see docs/TASKS.md for the task format")
         limits = data.get("limits") or {}
         if isinstance(limits, dict):
-            try:
-                data["limits"] = Limits(**limits)
-            except TypeError as e:
-                raise TaskFormatError(f"bad [limits]: {e}", "limits has max_turns and timeout_s") from None
+            data["limits"] = Limits.of(limits)
         elif not isinstance(limits, Limits):
-            raise TaskFormatError(f"limits must be a table, got {limits!r}", "write [limits] max_turns = 6, timeout_s = 30")
+            raise TaskFormatError(f"limits must be a table, got {limits!r}",
+                                  "write [limits] max_turns = 6, command_timeout_s = 30")
         for key in ("files", "meta"):
             if not isinstance(data.get(key) or {}, dict):
                 raise TaskFormatError(f"{key} must be a table, got {type(data[key]).__name__}",
@@ -163,14 +198,7 @@ class TaskSpec:
         if missing:
             raise TaskFormatError(f"protected paths {missing} are not workspace files of the task",
                                   "a protected file must be given in the task so it can be restored")
-        turns, timeout = self.limits.max_turns, self.limits.timeout_s
-        if isinstance(turns, bool) or not isinstance(turns, int) or not 1 <= turns <= MAX_TURNS:
-            raise TaskFormatError(f"limits.max_turns = {turns!r} is not a whole number in 1..{MAX_TURNS}",
-                                  f"set max_turns to 1..{MAX_TURNS}")
-        if (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout)
-                or not 0 < timeout <= MAX_TIMEOUT_S):
-            raise TaskFormatError(f"limits.timeout_s = {timeout!r} is not a finite number of seconds in "
-                                  f"(0, {MAX_TIMEOUT_S:g}]", f"set timeout_s to at most {MAX_TIMEOUT_S:g} (e.g. 30.0)")
+        self.limits.check()
 
     def digest(self, path: str) -> str:
         return hashlib.sha256(self.files[path].encode()).hexdigest()
@@ -310,7 +338,7 @@ def _toml_head(spec: TaskSpec) -> dict[str, Any]:
     head = {
         "format_version": spec.format_version, "id": spec.id, "family": spec.family,
         "difficulty": spec.difficulty, "source": spec.source, "instruction": spec.instruction,
-        "limits": {"max_turns": spec.limits.max_turns, "timeout_s": spec.limits.timeout_s},
+        "limits": asdict(spec.limits),
     }
     if spec.answer:
         head["answer"] = True

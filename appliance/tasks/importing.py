@@ -51,7 +51,7 @@ FORMATS = ("intercode",)
 ROOT = "/testbed"  # InterCode-Bash's file system root
 WORKSPACE = "/workspace"
 FAMILY = "intercode"
-LIMITS = Limits(max_turns=8, timeout_s=30.0)
+LIMITS = Limits(max_turns=8, command_timeout_s=30.0, setup_timeout_s=30.0)
 
 
 @dataclass(slots=True)
@@ -203,14 +203,13 @@ def record(sb: SandboxAPI, draft: TaskSpec, index: int) -> Expected:
     sb.scrub()
     put(sb, pack_files(draft.files))
     sh = sb.shell()
-    limit = draft.limits.timeout_s
     if draft.setup.strip():
-        r = sh.run(_command(draft.setup), timeout=limit)
+        r = sh.run(_command(draft.setup), timeout=draft.limits.setup_timeout_s)
         if r.exit_code != 0 or r.timed_out:
             why = "ran past its time limit" if r.timed_out else f"exited {r.exit_code}"
             raise TaskFormatError(f"entry {index}: the setup {why}: {(r.stdout + r.stderr).strip()[-300:]}",
                                   "fix the setup script (it runs in /workspace, without the network)")
-    gold = sh.run(_command(draft.solution), timeout=limit)
+    gold = sh.run(_command(draft.solution), timeout=draft.limits.command_timeout_s)
     archive, _ = _get(sb)
     prepared, _ = prepare(draft, archive)
     probe = judge(sb, draft, prepared)

@@ -98,7 +98,7 @@ def parse_proposal(text: str, family: str, level: int) -> TaskSpec | None:
         id=f"sp-{family}-{level}-{digest}", family=family, difficulty=level, instruction=instruction,
         verify=verify + "\n", solution=solution + "\n", setup=setup + "\n" if setup.strip() else "",
         verify_lang="python" if python else "bash", source="self_proposed",
-        limits=Limits(max_turns=4 + 2 * level, timeout_s=30.0), meta={"proposed_for": family},
+        limits=Limits(max_turns=4 + 2 * level, command_timeout_s=30.0, setup_timeout_s=30.0), meta={"proposed_for": family},
     )
 
 

@@ -40,7 +40,6 @@ from appliance.seams import SandboxAPI
 from appliance.tasks.format import TaskSpec
 from appliance.tasks.pool import fingerprint
 from appliance.tasks.verify import (
-    VERIFY_TIMEOUT_S,
     SandboxStarter,
     VerifyResult,
     cannot_run,
@@ -220,7 +219,8 @@ def validate_many(settings: Settings, specs: list[TaskSpec], *, parallel: int = 
 
 
 def _stages(sb: SandboxAPI, spec: TaskSpec, stages: list[Stage]) -> str | None:
-    limit = spec.limits.timeout_s
+    limit, setup_limit, verifier_limit = (spec.limits.command_timeout_s, spec.limits.setup_timeout_s,
+                                          spec.limits.verifier_timeout_s)
     files = pack_files(spec.files)
     sh = sb.shell()
 
@@ -230,7 +230,7 @@ def _stages(sb: SandboxAPI, spec: TaskSpec, stages: list[Stage]) -> str | None:
 
     def failed_run(r: Any, script: str, what: str) -> str:
         if r.timed_out:
-            return f"{what} {OVER_LIMIT} ({limit:g} s)"
+            return f"{what} {OVER_LIMIT} ({setup_limit if what == 'setup' else limit:g} s)"
         text = r.stdout + r.stderr
         if _NET_ERRORS.search(text) or _NET_COMMANDS.search(script):
             return f"{NEEDS_NETWORK}: {what} failed: {_tail(r, 200)}"
@@ -241,7 +241,7 @@ def _stages(sb: SandboxAPI, spec: TaskSpec, stages: list[Stage]) -> str | None:
         sb.scrub()
         put(sb, files)
         if spec.setup.strip():
-            r = sh.run(_command(spec.setup), timeout=limit)
+            r = sh.run(_command(spec.setup), timeout=setup_limit)
             if recorded:
                 record("setup", r)
             if r.exit_code != 0 or r.timed_out:
@@ -257,7 +257,7 @@ def _stages(sb: SandboxAPI, spec: TaskSpec, stages: list[Stage]) -> str | None:
     if cannot_run(spec, r):
         return f"{VERIFIER_CRASHED} on the untouched workspace: {_tail(r, 300)}"
     if r.timed_out:
-        return f"verifier {OVER_LIMIT} ({VERIFY_TIMEOUT_S:g} s) on the untouched workspace"
+        return f"verifier {OVER_LIMIT} ({verifier_limit:g} s) on the untouched workspace"
     if r.killed:
         return f"{TASK_BROKE_VALIDATION}: {r.killed} on the untouched workspace"
     if passed(r):
@@ -278,7 +278,7 @@ def _stages(sb: SandboxAPI, spec: TaskSpec, stages: list[Stage]) -> str | None:
         # a question task's reference answers on its standard output
         j = record(f"verify-{i}", judge(sb, spec, archive, r.stdout if spec.answer else ""))
         if j.timed_out:
-            return f"verifier {OVER_LIMIT} ({VERIFY_TIMEOUT_S:g} s) after the reference solution"
+            return f"verifier {OVER_LIMIT} ({verifier_limit:g} s) after the reference solution"
         if not passed(j):
             if cannot_run(spec, j):
                 return f"{VERIFIER_CRASHED} after the reference solution: {_tail(j, 300)}"

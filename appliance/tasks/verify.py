@@ -33,7 +33,6 @@ from appliance.seams import SandboxAPI, SandboxStarter
 from appliance.tasks.format import ANSWER_FILE, TaskSpec
 from appliance.tasks.gitsafe import GIT_ENV, defuse_git
 
-VERIFY_TIMEOUT_S = 60.0
 SHELL_PUT_MAX = 256 * 1024  # archives up to this size go through the persistent shell
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # A failing verifier's partial credit is capped here, strictly below a pass (1.0): the procedural
@@ -57,7 +56,7 @@ class VerifyResult:
     tampered: list[str] = field(default_factory=list)
     error: str | None = None  # the verifier could not run (its sandbox failed): an infra error
     duration_s: float = 0.0
-    timed_out: bool = False  # the verifier ran past VERIFY_TIMEOUT_S on this workspace (the agent's doing)
+    timed_out: bool = False  # the verifier ran past its limit on this workspace (the agent's doing)
 
 
 def starter(settings: Settings, start: SandboxStarter | None) -> SandboxStarter:
@@ -122,7 +121,8 @@ def judge(sb: SandboxAPI, spec: TaskSpec, archive: bytes, answer: str = "") -> J
     shell.run(script, timeout=30)
     # The driving shell is spared (the next stage scrubs with it): it was as reachable to the code the
     # verifier runs before this channel existed, and a scrub that does not come out clean discards the sandbox.
-    return run_judge(sb, spec.verify_lang, spec.verify, timeout_s=VERIFY_TIMEOUT_S, env=env, spare=(shell.pid,))
+    return run_judge(sb, spec.verify_lang, spec.verify, timeout_s=spec.limits.verifier_timeout_s, env=env,
+                     spare=(shell.pid,))
 
 
 def put(sb: SandboxAPI, archive: bytes) -> None:
@@ -166,10 +166,10 @@ def cannot_run(spec: TaskSpec, r: JudgeRun) -> bool:
         _CANNOT_RUN.match(r.stderr.rstrip().rsplit("\n", 1)[-1]))
 
 
-def output_of(r: JudgeRun) -> str:
+def output_of(r: JudgeRun, limit_s: float) -> str:
     text = (r.stdout + ("\n" + r.stderr if r.stderr.strip() else "")).strip()
     if r.timed_out:
-        text += f"\n[appliance: the verifier ran past {VERIFY_TIMEOUT_S:g} s on this workspace]"
+        text += f"\n[appliance: the verifier ran past {limit_s:g} s on this workspace]"
     if r.killed:
         text += f"\n[appliance: {r.killed}: a process in the workspace killed it]"
     return text.strip()
@@ -198,5 +198,5 @@ def verify_workspace(settings: Settings, spec: TaskSpec, workspace_dir: Path | s
             r = judge(sb, spec, archive, answer)
     except ApplianceError as e:
         return VerifyResult(False, None, "", tampered, f"{type(e).__name__}: {e.message}", time.monotonic() - t0)
-    return VerifyResult(passed(r), score_of(r), output_of(r), tampered, None, time.monotonic() - t0,
+    return VerifyResult(passed(r), score_of(r), output_of(r, spec.limits.verifier_timeout_s), tampered, None, time.monotonic() - t0,
                         timed_out=r.timed_out)

@@ -14,8 +14,7 @@ from appliance.practice import Practice
 from appliance.sandbox import LABEL
 from appliance.sandbox.podman import podman
 from appliance.schemas import Outcome
-from appliance.tasks import TaskSpec
-from appliance.tasks import validate as v
+from appliance.tasks import Limits, TaskSpec
 from practice.conftest import attempt  # tests/practice/conftest.py
 
 pytestmark = pytest.mark.slow  # real Podman
@@ -67,9 +66,9 @@ def test_hostile_agents_fail_on_their_own(practice: Practice, tmp_path: Path, mo
     assert userns.rollout.outcome == Outcome.FAILURE, userns.rollout.error
 
     # a verifier that hangs on what the agent wrote is the agent's failure, not the machine's
-    monkeypatch.setattr(v, "VERIFY_TIMEOUT_S", 3.0)
     loop_task = TaskSpec(id="loop-1", family="script", difficulty=1, instruction="Make run.sh print ok.",
-                         verify='test "$(bash run.sh)" = ok\n', solution="echo 'echo ok' > run.sh\n")
+                         verify='test "$(bash run.sh)" = ok\n', solution="echo 'echo ok' > run.sh\n",
+                         limits=Limits(verifier_timeout_s=3.0))  # the task's own verifier limit
     hang = attempt(practice, loop_task, "echo 'while :; do :; done' > run.sh")
     assert hang.rollout.outcome == Outcome.FAILURE and hang.rollout.error.startswith("verifier_timeout"), hang.rollout.error
 

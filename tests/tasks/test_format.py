@@ -11,13 +11,14 @@ import pytest
 
 from appliance.tasks import Limits, TaskFormatError, TaskSpec, load_task, write_task
 from appliance.tasks.families import FAMILIES, generate
+from appliance.tasks.format import dumps_toml
 
 
 def sample_spec() -> TaskSpec:
     return TaskSpec(id="hello-1", family="files", difficulty=1, instruction="Run this command: echo hi > a.txt",
                     verify="test \"$(cat a.txt)\" = hi\n", solution="echo hi > a.txt\n",
                     files={"tests/keep.txt": "keep me\n", "b.txt": "b\n"}, setup="echo s > s.txt\n",
-                    protected=["tests/keep.txt"], limits=Limits(max_turns=3, timeout_s=10.0), meta={"seed": "1"})
+                    protected=["tests/keep.txt"], limits=Limits(max_turns=3, command_timeout_s=10.0, setup_timeout_s=20.0, verifier_timeout_s=5.0), meta={"seed": "1"})
 
 
 @pytest.mark.parametrize("form", ["dir", "file"])
@@ -113,15 +114,28 @@ def test_invalid_utf8_and_toml_bombs_are_clear_rejections(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize("limits, words", [
-    ({"timeout_s": float("nan")}, "finite"), ({"timeout_s": float("inf")}, "finite"), ({"timeout_s": 1e12}, "finite"),
-    ({"timeout_s": -1}, "finite"), ({"timeout_s": "30"}, "finite"), ({"max_turns": 10**9}, "max_turns"),
+    ({"command_timeout_s": float("nan")}, "finite"), ({"setup_timeout_s": float("inf")}, "finite"),
+    ({"verifier_timeout_s": 1e12}, "finite"), ({"command_timeout_s": -1}, "finite"),
+    ({"verifier_timeout_s": "30"}, "finite"), ({"max_turns": 10**9}, "max_turns"),
     ({"max_turns": 0}, "max_turns"), ({"max_turns": 2.5}, "max_turns"),
 ])
 def test_absurd_limits_are_refused(limits: dict, words: str) -> None:
-    spec = sample_spec().to_spec() | {"limits": {"max_turns": 3, "timeout_s": 10.0} | limits}
+    spec = sample_spec().to_spec() | {"limits": {"max_turns": 3, "command_timeout_s": 10.0} | limits}
     with pytest.raises(TaskFormatError, match=words) as e:
         TaskSpec.from_spec(spec)
     assert e.value.hint
+
+
+def test_the_one_time_limit_of_earlier_task_files_is_read_as_command_and_setup_limits(tmp_path: Path) -> None:
+    old = sample_spec().to_spec() | {"limits": {"max_turns": 3, "timeout_s": 12.0}}  # a row stored by an older build
+    limits = TaskSpec.from_spec(old).limits
+    assert (limits.command_timeout_s, limits.setup_timeout_s, limits.verifier_timeout_s) == (12.0, 12.0, 60.0)
+    (tmp_path / "old.toml").write_text(dumps_toml(sample_spec()).replace("command_timeout_s = 10.0", "timeout_s = 7.0")
+                                       .replace("setup_timeout_s = 20.0\n", ""))
+    assert load_task(tmp_path / "old.toml").limits.command_timeout_s == 7.0
+    with pytest.raises(TaskFormatError, match="both timeout_s and command_timeout_s") as e:
+        TaskSpec.from_spec(old | {"limits": {"timeout_s": 12.0, "command_timeout_s": 5.0}})
+    assert "older name" in e.value.hint
 
 
 @pytest.mark.parametrize("change, words", [

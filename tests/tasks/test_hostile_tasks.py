@@ -94,7 +94,7 @@ def test_hostile_tasks_cannot_reach_the_host_outlive_their_stage_or_crash_the_ba
         "no-check": task("no-check", limits=None),  # check() itself raises AttributeError
         "victim": task("victim"),
     }
-    attacks["nan-timeout"].limits.timeout_s = math.nan
+    attacks["nan-timeout"].limits.command_timeout_s = math.nan
     results = dict(zip(attacks, v.validate_many(sandbox_settings, list(attacks.values()), parallel=2), strict=True))
     reasons = {name: r.reason for name, r in results.items()}
 

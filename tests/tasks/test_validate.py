@@ -58,7 +58,7 @@ def test_a_sound_user_task_passes_every_stage(sandbox_settings: Settings) -> Non
 def test_each_rejection_reason(sandbox_settings: Settings, change: dict, reason: str) -> None:
     spec = custom(**change)
     if reason == v.OVER_LIMIT:
-        spec.limits.timeout_s = 2
+        spec.limits.command_timeout_s = 2
     result = validate_agent_free(sandbox_settings, spec)
     assert not result.ok and reason in (result.reason or ""), result.reason
 

@@ -87,7 +87,7 @@ def verifier(body: str) -> str:
 
 def make(family: str, level: int, variant: str, *, instruction: str, files: dict[str, str], verify: str,
          solution: str, setup: str = "", protected: list[str] | None = None, max_turns: int | None = None,
-         timeout_s: float = 30.0, meta: dict[str, Any] | None = None) -> TaskSpec:
+         command_timeout_s: float = 30.0, meta: dict[str, Any] | None = None) -> TaskSpec:
     """A procedural task; the id is derived from its content, so regenerating it is idempotent."""
     verify_src = verifier(verify)
     files = dict(files)
@@ -96,6 +96,6 @@ def make(family: str, level: int, variant: str, *, instruction: str, files: dict
         id=tid, family=family, difficulty=level, instruction=instruction, verify=verify_src,
         solution=solution.strip("\n") + "\n", files=files, setup=setup, verify_lang="python",
         protected=list(protected or []), source="procedural",
-        limits=Limits(max_turns=max_turns or 4 + 2 * level, timeout_s=timeout_s),
+        limits=Limits(max_turns=max_turns or 4 + 2 * level, command_timeout_s=command_timeout_s, setup_timeout_s=30.0),
         meta={"generator": f"appliance.tasks.families.{family}", "variant": variant, **(meta or {})},
     )
