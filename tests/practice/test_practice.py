@@ -5,15 +5,12 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-from appliance.config import Settings
 from appliance.practice import Practice, new_rollout, run_rollout
-from appliance.sandbox import SandboxPool, podman_env
+from appliance.sandbox import podman_env
 from appliance.schemas import Outcome
-from appliance.store import Store
 from appliance.tasks import TaskSpec
 from appliance.testing import ScriptedPolicy
 
@@ -27,12 +24,7 @@ GUARDED = TaskSpec(id="guarded-1", family="pyfix", difficulty=1,
                    verify="bash test.sh", solution="echo 42 > answer.txt")
 
 
-@pytest.fixture
-def practice(sandbox_settings: Settings, tmp_path: Path):
-    store = Store(tmp_path / "p.db")
-    p = Practice(sandbox_settings, store, "127.0.0.1", 9, SandboxPool(sandbox_settings, 2, sweep_orphans=False))
-    yield p
-    store.close()
+# `practice`: tests/practice/conftest.py
 
 
 def _run(practice: Practice, spec: TaskSpec, script: list) -> tuple:

@@ -4,7 +4,9 @@ sandboxes in an isolated Podman root, one training iteration.
 One engine lifetime covers both ways in. `appliance run` in a terminal opens the TUI; q detaches it and
 the run goes on headless (the same loop `--headless` runs). `appliance tui` then attaches from a second
 terminal, pauses the loop (`appliance status` reports it paused), resumes it and sees the phase move on.
-The run finishes on its own and leaves no sandbox and no engine process behind.
+While iteration 1 evaluates, the rollouts screen (3) shows its held-out rollouts as they finish; then the
+curves screen (6) draws the held-out curve. The run finishes on its own and leaves no sandbox and no
+engine process behind.
 
 A second engine lifetime checks the other way out: SIGTERM while the run's TUI is open closes the TUI and
 stops the run cleanly.
@@ -24,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from appliance.config import Settings, load_settings
+from appliance.phases import PHASES
 from appliance.sandbox import podman_env
 from appliance.schemas import Outcome, Phase, RolloutStatus
 from appliance.store import Store
@@ -126,7 +129,24 @@ def test_run_opens_the_tui_and_tui_steers_the_headless_run(sandbox_settings: Set
     keep("tui, moved on", wait_for(lambda: pane("tui"), rf"iteration {index}\b[^:][\s\S]*\b{phase}\s+\d+s|"
                                    rf"iteration {index + 1} ·|· DONE", timeout_s=RUN_S, check=run_alive))
 
-    # 4. the run finishes on its own; the TUI shows it done; nothing is left behind
+    # 4. while iteration 1 evaluates, the rollouts screen shows the held-out rollouts finishing as they run;
+    # after it, the curves screen draws both points of the held-out curve with the latest one's interval
+    ahead = index == 0 or (phase in PHASES and PHASES.index(Phase(phase)) < PHASES.index(Phase.EVALUATE))
+    if ahead:  # the run paused before iteration 1's evaluation (where the pause lands depends on timing)
+        tmux("send-keys", "-t", "tui", "3")
+        # (the subtitle may wrap at 80 columns: any whitespace between its words)
+        live = wait_for(lambda: pane("tui"), r"iteration 1 ·\s+held-out\s+evaluation\s+·\s+\d+\s+tasks\s+·\s+"
+                        r"\d+/\d+\s+rollouts\s+done,\s+[1-9]\d*\s+running", timeout_s=RUN_S, check=run_alive)
+        keep("tui, iteration 1 evaluating", live)
+    tmux("send-keys", "-t", "tui", "6")
+    chart = wait_for(lambda: pane("tui"), r"latest iteration 1: \d+\.\d% \[\d+\.\d%, \d+\.\d%\] \(\d+/\d+\)",
+                     timeout_s=RUN_S, check=run_alive)
+    keep("tui, curves", chart)
+    assert len([line for line in chart.splitlines() if re.match(r"\s*(100|50|0)% ┤", line)]) == 3, chart
+    assert chart.count("●") >= 2, chart  # the baseline's point and iteration 1's
+    tmux("send-keys", "-t", "tui", "1")
+
+    # 5. the run finishes on its own; the TUI shows it done; nothing is left behind
     wait_for(lambda: "exited" if run_rc.exists() else "", "exited", timeout_s=RUN_S)
     assert run_rc.read_text().strip() == "0", pane("run", True)
     keep("run, exited", pane("run", True))
