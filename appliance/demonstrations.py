@@ -5,7 +5,7 @@ way the built-in harness runs an agent's command and records the conversation th
 produced: its own first messages (system prompt, `Task: ...`), one assistant turn with the whole solution
 in a ```bash block, the real observation from a fresh hardened sandbox formatted by the harness's own
 `format_observation`, and the finishing `DONE`; around the solution, the task's episode shape
-(`episode_shapes`: a look first, a check after, or a masked-out slip to recover from) adds real turns. \
+(`episode_shapes`: a look first, a check after, or a masked-out slip to recover from) adds real turns.
 The final workspace then goes through `verify_workspace`,
 exactly like a rollout's; only a passing conversation becomes a demonstration.
 

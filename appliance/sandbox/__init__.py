@@ -44,8 +44,8 @@ nothing: the sandbox is removed, the workspace copied out sanitized |
   runs programs taken out, made read-only, and it is started from outside /workspace with a fixed
   environment. It is run the same way in validation and in rollouts.
 - the verdict (`judge`): a verifier runs the agent's code by design, as its own uid. Its pass/fail is its
-  exit status as read with waitpid by a launcher that is the top process of its own `podman exec` \
-(one per sandbox, spared by scrubs);
+  exit status as read with waitpid by a launcher that is the top process of its own `podman exec`
+  (one per sandbox, spared by scrubs);
   launcher and verifier run from execute-only interpreters (mode 0711 copies under
   /usr/local/libexec/appliance), which the kernel makes non-dumpable, so no process of the sandbox may
   ptrace them, read or write their memory or open their descriptors; the launcher's stdout, where the

@@ -5,7 +5,7 @@ itself. Text that code can reach is no verdict: a persistent shell's stdout (wit
 can read out of the shell's memory) or the verifier's own stdout (inherited, or opened through
 /proc/PID/fd). So the verdict travels another way:
 
-- a `podman exec` whose top process is the launcher (one per sandbox, serving each verdict in turn) \
+- a `podman exec` whose top process is the launcher (one per sandbox, serving each verdict in turn)
 (image/judge-launcher.py) started through an
   execute-only interpreter: the kernel makes it non-dumpable, so no process of the sandbox may ptrace
   it, read or write its memory or open its descriptors, and its stdout pipe is held by it and the

@@ -63,8 +63,8 @@ class TaskPool(Database):
         return self.tasks(run_id, split=Split.TRAIN, status=status, family=family)
 
     def check_trainable(self, task_ids: list[str] | set[str]) -> None:
-        """Raise `StoreError` if any of these tasks is held out or in the dev set; the trainer calls this \
-before a step."""
+        """Raise `StoreError` if any of these tasks is held out or in the dev set; the trainer calls this
+        before a step."""
         ids = sorted(set(task_ids))
         held: list[str] = []
         for i in range(0, len(ids), 500):

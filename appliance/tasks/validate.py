@@ -12,11 +12,11 @@ and what it trusts are described there).
 sandbox is scrubbed, the task's files are put in, setup runs; the workspace as set up must fail the
 verifier, with a score strictly below the reference's (a verifier that pays for doing nothing is
 refused); twice, from scratch, setup and the reference solution then make it pass within the task's time
-limit; nothing may need the network; the task's files must fit the sandbox's workspace. The first failing stage \
+limit; nothing may need the network; the task's files must fit the sandbox's workspace. The first failing stage
 names the reason
 (`REASONS`). Reasons starting with "infra:" are the machine's fault, not the task's: retry rather than
 reject. `validate_many` does the same for many tasks in parallel, `sandbox.validation_reuse` tasks per
-sandbox, scrubbed between them (1: a new sandbox per task, about 2x slower). Any other exception while a task \
+sandbox, scrubbed between them (1: a new sandbox per task, about 2x slower). Any other exception while a task
 is validated
 is that task's rejection and the end of its sandbox; it never touches another task's verdict.
 
