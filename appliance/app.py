@@ -68,7 +68,8 @@ def services(settings: Settings, store: Store, log: Callable[[str], None] = prin
     try:
         with engine_and_proxy(settings, store, log) as (engine, server):
             # learn.EngineControl.load_weights takes kind: str, the engine Literal["lora", "full"] (issue 17)
-            yield Services(engine, Practice(settings, store, server.host, server.port, pool, log))  # type: ignore[arg-type]
+            yield Services(engine,  # type: ignore[arg-type]
+                           Practice(settings, store, server.host, server.port, pool, log))
     finally:
         sweep(settings, orphans_only=True)
 

@@ -35,7 +35,8 @@ def control(store: Store, run_id: str, iteration: int, families: list[str], repo
     before = (previous[0] if previous else {})
     levels = {f: int((before.get("levels") or {}).get(f, settings.loop.start_level)) for f in families}
     mastered = {f: int((before.get("mastered") or {}).get(f, 0)) for f in families}
-    history = [store.report(run_id, i) for i in range(max(0, iteration - settings.loop.controller_window + 1), iteration)]
+    history = [store.report(run_id, i)
+               for i in range(max(0, iteration - settings.loop.controller_window + 1), iteration)]
     reports = [h[0] for h in history if h] + [report]
     decisions = decide(reports, levels, mastered, window=settings.loop.controller_window)
     return {"levels": {f: d.level for f, d in decisions.items()},

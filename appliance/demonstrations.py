@@ -5,7 +5,8 @@ way the built-in harness runs an agent's command and records the conversation th
 produced: its own first messages (system prompt, `Task: ...`), one assistant turn with the whole solution
 in a ```bash block, the real observation from a fresh hardened sandbox formatted by the harness's own
 `format_observation`, and the finishing `DONE`; around the solution, the task's episode shape
-(`episode_shapes`: a look first, a check after, or a masked-out slip to recover from) adds real turns. The final workspace then goes through `verify_workspace`,
+(`episode_shapes`: a look first, a check after, or a masked-out slip to recover from) adds real turns.
+The final workspace then goes through `verify_workspace`,
 exactly like a rollout's; only a passing conversation becomes a demonstration.
 
     run = demonstrate(settings, spec)                       # one sandbox, the verifier in another
@@ -330,7 +331,8 @@ def warmstart_tasks(settings: Settings, store: Store, run_id: str, families: lis
     from appliance.tasks.validate import validate_many
 
     cfg = settings.training
-    existing = [t for t in store.tasks(run_id, split=Split.TRAIN) if (t.spec.get("meta") or {}).get("pool") == WARMSTART]
+    existing = [t for t in store.tasks(run_id, split=Split.TRAIN)
+                if (t.spec.get("meta") or {}).get("pool") == WARMSTART]
     if not existing and cfg.demo_warmstart_tasks > 0:
         exclude = {t.spec["id"] for t in store.tasks(run_id)}
         for family in families:

@@ -252,7 +252,8 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines = [f"# Capability report — iteration {report['iteration']}", ""]
     model = report.get("model")
     if model:  # reports saved before lineages were recorded have no model block
-        base = f"{model['base']} (lineage {model['lineage']}, {model['base_hash']})" if model["base"] else "not recorded"
+        base = f"{model['base']} (lineage {model['lineage']}, {model['base_hash']})" if model["base"] \
+            else "not recorded"
         lines += [f"**Model:** {model['describe']} · base {base} · the run started from {model['start']}  "]
     p = report["heldout_pass_at_1"]
     lines.append(f"**Held-out pass@1:** {'n/a' if p is None else f'{p:.1%}'}  ")
@@ -283,7 +284,8 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines += render_regressions(report)
     if report["band"]:
         lines += ["", "## Learnable band", ""]
-        lines += [f"- {f}: " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())) for f, c in sorted(report["band"].items())]
+        lines += [f"- {f}: " + ", ".join(f"{k} {v}" for k, v in sorted(c.items()))
+                  for f, c in sorted(report["band"].items())]
     lines += render_curriculum(report)
     lines += ["", "## Weakest families", "", ", ".join(report["weak_families"][:5]) or "n/a",
               "", "## The policy's own analysis", "", report["analysis"], ""]
@@ -388,7 +390,8 @@ def render_devset(report: dict[str, Any]) -> list[str]:
              "", "## Dev-set pass@1 with 95 % interval (transfer)", "",
              f"{said} over {dev['n']} rollouts ({dev['tasks']} tasks x k={dev['k']})"]
     for cat, c in sorted(dev["by_category"].items()):
-        lines.append(f"- {cat}: {int(c['passed'])}/{int(c['n'])} = {c['pass_at_1']:.0%} [{c['low']:.0%}, {c['high']:.0%}]")
+        lines.append(f"- {cat}: {int(c['passed'])}/{int(c['n'])} = {c['pass_at_1']:.0%} "
+                     f"[{c['low']:.0%}, {c['high']:.0%}]")
     lines.append("- trend: " + " → ".join(f"{t['pass_at_1']:.1%}" for t in dev["trend"]))
     return lines
 

@@ -135,7 +135,8 @@ def check_model_identity(settings: Settings) -> Check:
         store.close()
     if current is None:
         return Check("model identity", True, "no base recorded yet (the first start records it)")
-    return Check("model identity", True, f"{current['base_name']} is this data directory's base (lineage {current['id']})")
+    return Check("model identity", True,
+                 f"{current['base_name']} is this data directory's base (lineage {current['id']})")
 
 
 def check_vllm(settings: Settings) -> Check:
@@ -172,7 +173,8 @@ def check_shared_memory(settings: Settings, shm: Path = SHM) -> Check:
         return Check("shared memory", False, f"{shm} does not exist", "mount a tmpfs at /dev/shm")
     free = shutil.disk_usage(shm).free / 2**20
     if free < MIN_FREE_SHM_MB:
-        return Check("shared memory", False, f"{free:.0f} MB free in {shm}; the engine needs at least {MIN_FREE_SHM_MB} MB",
+        return Check("shared memory", False,
+                     f"{free:.0f} MB free in {shm}; the engine needs at least {MIN_FREE_SHM_MB} MB",
                      "in a container, start it with --shm-size=16g (scripts/container run does)")
     return Check("shared memory", True, f"{free:.0f} MB free in {shm}")
 
@@ -226,7 +228,8 @@ def container_evidence(root: Path = Path("/"), environ: dict[str, str] | None = 
             found.setdefault(line.split("=", 1)[1] or "container", f"PID 1 has {line}")
     for fields in _mounts(root):
         if fields["point"] == "/" and fields["fstype"] == "overlay":
-            for marker, kind in (("/docker/", "docker"), ("containers/storage", "podman"), ("containerd", "containerd")):
+            for marker, kind in (("/docker/", "docker"), ("containers/storage", "podman"),
+                                 ("containerd", "containerd")):
                 if marker in fields["super"]:
                     found.setdefault(kind, f"the root filesystem is an overlay under {marker.strip('/')}")
     return found

@@ -141,7 +141,8 @@ _READERS = {"echo", "printf", "cat", "head", "tail", "sort", "uniq", "wc", "cut"
             "diff", "awk", "git"}
 _GIT_READERS = {"log", "show", "rev-list", "diff", "status", "blame", "rev-parse", "shortlog", "ls-files", "grep"}
 # the options with which a reader writes after all
-_WRITES = {"sed": re.compile(r"(?:^|\s)(?:-\w*i|--in-place)|/w\b|\bw\s"), "sort": re.compile(r"(?:^|\s)(?:-\w*o|--output)"),
+_WRITES = {"sed": re.compile(r"(?:^|\s)(?:-\w*i|--in-place)|/w\b|\bw\s"),
+           "sort": re.compile(r"(?:^|\s)(?:-\w*o|--output)"),
            "find": re.compile(r"-delete|-exec|-ok|-fprint"), "awk": re.compile(r"system|>|\|&?\s*\"|fflush|getline")}
 _FINAL_WRITE = re.compile(r"\s+>\s*([\w./-]+)\s*$")
 

@@ -142,7 +142,8 @@ def evaluate_heldout(store: Store, settings: Settings, run_id: str, iteration: i
     result = pass_at_1([{"difficulty": lvl, "n": n, "passed": p} for (_, lvl), (n, p) in cells.items()],
                        k=k, tasks=len(chosen))
     store.set_metrics(run_id, iteration, {"heldout_pass@1": result.pass_at_1, "heldout_low": result.low,
-                                          "heldout_high": result.high, "heldout_tasks": float(len(chosen)), "heldout_k": float(k)})
+                                          "heldout_high": result.high, "heldout_tasks": float(len(chosen)),
+                                          "heldout_k": float(k)})
     return result
 
 
@@ -194,7 +195,8 @@ def _sample(store: Store, run_id: str, iteration: int, policy_version: int, chos
 
 
 # --- the transfer dev set ---------------------------------------------------------------------------
-def devset_budget(tasks: list[Task], settings: Settings, *, allowed_s: float | None, cost_s: float | None) -> list[Task]:
+def devset_budget(tasks: list[Task], settings: Settings, *, allowed_s: float | None,
+                  cost_s: float | None) -> list[Task]:
     """The prefix of `spread(tasks)` that fits `allowed_s` (all of it when nothing limits), at least
     `evaluation.devset_min_tasks`."""
     ordered = spread(tasks)

@@ -342,8 +342,10 @@ def model_card(store: Store, version: int, *, merged: bool, lineage_id: int | No
         "## Lineage", "", "| version | parent | kind | made by |", "|---|---|---|---|",
     ]
     for r in reversed(rows):
-        parent = "" if r["parent_version"] is None else ("base" if r["parent_version"] == 0 else f"v{r['parent_version']}")
-        lines.append(f"| {'base' if r['version'] == 0 else 'v' + str(r['version'])} | {parent} | {r['kind']} | {r['made_by']} |")
+        parent = "" if r["parent_version"] is None else \
+            ("base" if r["parent_version"] == 0 else f"v{r['parent_version']}")
+        lines.append(f"| {'base' if r['version'] == 0 else 'v' + str(r['version'])} | {parent} | {r['kind']} "
+                     f"| {r['made_by']} |")
     lines += ["", "## Held-out results of this version", ""]
     results = heldout_results(store, version, lineage["id"])
     if not results:

@@ -219,7 +219,8 @@ def make_plan(shape: ModelShape, settings: Settings, gpus: int, gpu_memory_gb: f
     in_flight = settings.sandbox.max_concurrent
     if rollouts_fit < in_flight:
         notes.append(f"{rollouts_fit} rollouts of {e.max_model_len} tokens fit in the KV cache, fewer than the "
-                     f"{in_flight} sandboxes that run at once: vLLM queues and preempts the rest (slower, still correct)")
+                     f"{in_flight} sandboxes that run at once: vLLM queues and preempts the rest "
+                     "(slower, still correct)")
     # Level 2 drops the weights while asleep; with a full fine-tune new weights are loaded on wake anyway.
     # With LoRA the base stays the same, and level 1 keeps it in host RAM for a fast wake.
     sleep_level = 2 if t.full_finetune else 1
@@ -233,7 +234,8 @@ def make_plan(shape: ModelShape, settings: Settings, gpus: int, gpu_memory_gb: f
     per_sample = mem["logits"] + mem["acts"] + mem["value_sample"]
     fit = int((budget - fixed) // per_sample) if budget > fixed else 0
     if fit < 1:
-        what = "full fine-tune (weights, gradients, AdamW moments)" if t.full_finetune else "LoRA (frozen base, adapter states)"
+        what = "full fine-tune (weights, gradients, AdamW moments)" if t.full_finetune else \
+            "LoRA (frozen base, adapter states)"
         raise PlanError(
             f"{shape.name} does not fit for training: {what} {fixed / GB:.1f} GB + one {t.max_seq_len}-token sample "
             f"{per_sample / GB:.1f} GB > {budget / GB:.1f} GB per GPU (every trainer process holds the whole model; "
@@ -244,7 +246,8 @@ def make_plan(shape: ModelShape, settings: Settings, gpus: int, gpu_memory_gb: f
     if fit < t.micro_batch_size:
         notes.append(f"training.micro_batch_size {t.micro_batch_size} does not fit; {fit} does")
     if not t.gradient_checkpointing:
-        notes.append("training.gradient_checkpointing is off: activations of every layer are kept (the gpu profile turns it on)")
+        notes.append("training.gradient_checkpointing is off: activations of every layer are kept "
+                     "(the gpu profile turns it on)")
     return Plan(
         model=shape.name, params_b=shape.params / 1e9, gpus=gpus, gpu_memory_gb=gpu_memory_gb,
         weights_gb=weights / GB, kv_per_token_kib=kv_per_token / 1024, tensor_parallel_size=tp,
@@ -268,7 +271,8 @@ def render(plan: Plan) -> str:
         f"  weights {p.weights_gb:.1f} GB over tensor_parallel_size {p.tensor_parallel_size}; "
         f"KV cache {p.kv_per_token_kib:.0f} KiB per token",
         f"  KV budget {p.kv_budget_gb:.1f} GB at gpu_memory_utilization {p.gpu_memory_utilization}: "
-        f"{p.rollouts_fit} rollouts of {p.rollout_tokens} tokens at once ({p.rollouts_in_flight} sandboxes run at once)",
+        f"{p.rollouts_fit} rollouts of {p.rollout_tokens} tokens at once "
+        f"({p.rollouts_in_flight} sandboxes run at once)",
         f"training ({kind}, {p.method}; serving asleep), per GPU of {p.training_budget_gb:.1f} GB usable:",
         f"  weights + optimizer states {p.states_gb:.1f} GB ({p.trained_params_m:,.1f}M trained parameters); "
         f"{'LoRA' if p.full_finetune else 'a full fine-tune'} would hold {p.other_states_gb:.1f} GB",

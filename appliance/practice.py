@@ -166,7 +166,8 @@ def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> Rollout
         # After the episode only the workspace the agent left is being handled (copy-out, unpack, archive,
         # verifier): whatever it provokes there is the agent's failure, never a crash of the phase.
         outcome, reward = Outcome.FAILURE, 0.0
-        reason = FailureMode.WRONG_ANSWER.reason(f"the workspace it left could not be judged: {type(e).__name__}: {e}"[:400])
+        reason = FailureMode.WRONG_ANSWER.reason(
+            f"the workspace it left could not be judged: {type(e).__name__}: {e}"[:400])
         tampered.append(f"workspace ({type(e).__name__})")
     finally:
         shutil.rmtree(workspace, ignore_errors=True)

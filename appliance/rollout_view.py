@@ -34,6 +34,7 @@ def rollout_view(store: Store, rollout_id: str, decode: Callable[[list[int]], st
                    "completion_tokens": len(c.completion_ids), "latency_s": round(c.latency_s, 3), "error": c.error}
                   for c in calls],
         "samples": [{"branch": s.branch, "tokens": len(s.token_ids), "sampled": sum(s.mask),
-                     "segments": [{"sampled": bool(m), "text": decode(ids)} for m, ids in segments(s.token_ids, s.mask)]}
+                     "segments": [{"sampled": bool(m), "text": decode(ids)}
+                                  for m, ids in segments(s.token_ids, s.mask)]}
                     for s in samples],
     }

@@ -321,7 +321,8 @@ class Demonstration:
 
     `origin` is "reference" (the task's reference solution run through the built-in harness's formatting),
     "hindsight" (a successful rollout of a hinted task, relabelled as a demonstration of the unhinted
-    request) or "success" (a successful rollout kept for later iterations). The ids come from the served model's chat template, so unlike RL samples they are
+    request) or "success" (a successful rollout kept for later iterations). The ids come from the served
+    model's chat template, so unlike RL samples they are
     re-tokenized text: they never enter a GRPO batch or the `retokenized_tokens` count.
     """
 

@@ -239,8 +239,10 @@ def gap_report(settings, samples_n: int, temperature: float, tokens: int) -> dic
     (before_abs, before_signed), (after_abs, after_signed) = gap(at_one), gap(at_t)
     return {"temperature": temperature, "samples": samples_n,
             "tokens": sum(sum(s.mask) for s in samples),
-            "before_trainer_at_T1": {"mean_abs_gap_nats": round(before_abs, 4), "mean_signed_gap_nats": round(before_signed, 4)},
-            "after_trainer_at_T": {"mean_abs_gap_nats": round(after_abs, 4), "mean_signed_gap_nats": round(after_signed, 4)}}
+            "before_trainer_at_T1": {"mean_abs_gap_nats": round(before_abs, 4),
+                                     "mean_signed_gap_nats": round(before_signed, 4)},
+            "after_trainer_at_T": {"mean_abs_gap_nats": round(after_abs, 4),
+                                   "mean_signed_gap_nats": round(after_signed, 4)}}
 
 
 def main() -> None:

@@ -52,7 +52,8 @@ def fill_big(store: Store, n_rollouts: int, calls_per_rollout: int) -> None:
     store.create_run(run, {"profile": "bench"})
     families = [f"family{i}" for i in range(20)]
     statuses = list(TaskStatus)
-    tasks = [Task(f"t{i}", run, families[i % 20], 1 + i % 5, "procedural", Split.HELDOUT if i % 10 == 0 else Split.TRAIN,
+    tasks = [Task(f"t{i}", run, families[i % 20], 1 + i % 5, "procedural",
+                  Split.HELDOUT if i % 10 == 0 else Split.TRAIN,
                   statuses[i % len(statuses)], {"instruction": f"task {i}", "verify": "true", "solution": "true"},
                   created_at=T0 + i) for i in range(5000)]
     for t in tasks:
@@ -81,8 +82,8 @@ def fill_big(store: Store, n_rollouts: int, calls_per_rollout: int) -> None:
             it = min(i // per_it, ITERATIONS - 1)
             done = it < ITERATIONS - 1 or i % 3
             outcome = outcomes[i % 4] if done else None
-            yield Rollout(f"r{i:07d}", run, f"t{train_task(i // GROUP)}", f"g{it}-{i // GROUP:06d}", it, "bash-agent", it,
-                          RolloutStatus.FINISHED if done else RolloutStatus.RUNNING, "train", outcome,
+            yield Rollout(f"r{i:07d}", run, f"t{train_task(i // GROUP)}", f"g{it}-{i // GROUP:06d}", it,
+                          "bash-agent", it, RolloutStatus.FINISHED if done else RolloutStatus.RUNNING, "train", outcome,
                           1.0 if outcome == Outcome.SUCCESS else 0.0 if done else None, None, calls_per_rollout,
                           created_at=T0 + i)
 
@@ -174,13 +175,15 @@ def main() -> None:
         if fresh:
             t = time.perf_counter()
             fill_big(big, args.rollouts, args.calls_per_rollout)
-            print(f"filled the big store in {time.perf_counter() - t:.1f} s ({big_path.stat().st_size / 2**20:.0f} MiB)")
+            print(f"filled the big store in {time.perf_counter() - t:.1f} s "
+                  f"({big_path.stat().st_size / 2**20:.0f} MiB)")
         counts = big.counts()
         print(f"big store: {counts['rollouts']:,} rollouts, {counts['model_calls']:,} model calls, "
               f"{counts['tasks']:,} tasks, {counts['events']:,} events")
         base = asyncio.run(measure(small))
         large = asyncio.run(measure(big))
-    print(f"{'screen':<11} {'open small':>11} {'open big':>9} {'ratio':>6} {'refresh small':>14} {'refresh big':>12} {'ratio':>6}")
+    print(f"{'screen':<11} {'open small':>11} {'open big':>9} {'ratio':>6} {'refresh small':>14} "
+          f"{'refresh big':>12} {'ratio':>6}")
     for name in base:
         (o0, r0), (o1, r1) = base[name], large[name]
         print(f"{name:<11} {o0 * 1000:>9.0f}ms {o1 * 1000:>7.0f}ms {o1 / o0:>5.1f}x {r0 * 1000:>12.1f}ms"

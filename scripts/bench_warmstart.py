@@ -125,7 +125,8 @@ def main() -> None:
     metrics = sft(trainer, train)
     wall = time.perf_counter() - t0
     after = nll(trainer, val)
-    print(json.dumps({**info, "wall_s": round(wall, 1), "s_per_sample_epoch": round(wall / (len(train) * args.epochs), 3),
+    print(json.dumps({**info, "wall_s": round(wall, 1),
+                      "s_per_sample_epoch": round(wall / (len(train) * args.epochs), 3),
                       "sft_steps": metrics["sft_steps"], "sft_loss": round(metrics["sft_loss"], 4),
                       "val_samples": len(val), "val_nll_before": round(before, 4), "val_nll_after": round(after, 4),
                       "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}, indent=2))

@@ -153,7 +153,8 @@ def summary(rows: list[dict], key: str) -> dict:
         "per_prompt_mean_abs_delta": [round(statistics.fmean(r[key]["delta"]), 5) for r in rows],
         "flips": [f for r in rows for f in r[key]["flips"]],
         "first_divergence": [(r[key]["first_divergence"], r[key]["first_divergence_ref_margin"]) for r in rows],
-        "needed_tolerance_per_prompt": [None if r[key]["needed_tolerance"] is None else round(r[key]["needed_tolerance"], 4)
+        "needed_tolerance_per_prompt": [None if r[key]["needed_tolerance"] is None
+                                        else round(r[key]["needed_tolerance"], 4)
                                         for r in rows],
         "canary_prompt": {"max_abs_delta": max(canary["delta"]), "first_divergence": canary["first_divergence"],
                           "min_ref_margin": min(canary["ref_margins"])},

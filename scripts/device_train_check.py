@@ -54,7 +54,8 @@ def build_model(mode: str, args: argparse.Namespace):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.intermediate, num_hidden_layers=args.layers,
+        vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.intermediate,
+        num_hidden_layers=args.layers,
         num_attention_heads=args.hidden // 64, num_key_value_heads=args.kv_heads, head_dim=64,
         max_position_embeddings=max(4096, args.seq_len), tie_word_embeddings=True,
     )
@@ -163,14 +164,16 @@ def run(mode: str, args: argparse.Namespace) -> dict:
     fpt = flops_per_token(config, n_matmul, args.seq_len, "full" if mode == "plain" else mode)
     achieved = tokens * fpt / step_s
     out = {
-        "mode": mode, "processes": args.world, "micro_batches_per_process": len(micro), "params": n_total, "trainable_params": sum(p.numel() for p in params),
+        "mode": mode, "processes": args.world, "micro_batches_per_process": len(micro), "params": n_total,
+        "trainable_params": sum(p.numel() for p in params),
         "tokens_per_step": tokens, "trained_tokens_per_step": norm.tokens, "micro_batch": args.micro,
         "seq_len": args.seq_len, "warmup_s": round(warmup_s, 3), "step_s_median": round(step_s, 4),
         "step_s_all": [round(t, 4) for t in times], "tokens_per_s": round(tokens / step_s, 1),
         "model_tflops_per_s": round(achieved / 1e12, 2),
         "mfu": round(achieved / (args.peak_tflops * 1e12 * args.world), 4),
         "flops_per_token": fpt, "loss_finite": math.isfinite(first_loss),
-        "gradient_checkpointing": args.gradient_checkpointing, "value_head": args.value_head, "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
+        "gradient_checkpointing": args.gradient_checkpointing, "value_head": args.value_head,
+        "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
     }
     # free the step's model, optimizer and batches before empty_cache (assigned, not deleted: `step` closes over them)
     model = opt = micro = head = head_opt = None

@@ -45,7 +45,8 @@ def instant_engine_app(n_tokens: int = 16):
             return JSONResponse({**base, "object": "chat.completion", "prompt_token_ids": prompt_ids, "choices": [{
                 "index": 0, "message": {"role": "assistant", "content": " a" * n},
                 "logprobs": {"content": [logprob] * n}, "finish_reason": "length", "token_ids": [64] * n}],
-                "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": n, "total_tokens": len(prompt_ids) + n}})
+                "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": n,
+                          "total_tokens": len(prompt_ids) + n}})
 
         def chunk(delta: dict, **extra) -> bytes:
             return ("data: " + json.dumps({**base, "object": "chat.completion.chunk", **extra}) + "\n\n").encode()

@@ -63,7 +63,8 @@ ROOMS = [
     Room(5, ("harness",), "the built-in agent (a bash-tool loop) and the adapter that runs any third-party harness "
                           "inside a sandbox pointed at the proxy"),
     Room(6, ("tasks",), "task format, procedural families, self-proposal, validation and admission, the pool's "
-                        "rules (near-duplicates, learnable band), difficulty controller, held-out set, the transfer dev set (data)"),
+                        "rules (near-duplicates, learnable band), difficulty controller, held-out set, the transfer "
+                        "dev set (data)"),
     Room(6, ("agent_habits",), "the agent's habits in practice from the recorded calls (commands per episode, "
                                "episodes that only looked, DONE right after a failed command)"),
     Room(7, ("training",), "TRL glue: GRPO and PPO (turn-level credit) over appliance rollouts, SFT, LoRA, "
@@ -105,7 +106,8 @@ ROOMS = [
                       "together"),
     Room(12, ("cli",), "thin `appliance` commands over library functions (imports lazily, inside each command), "
                        "one module per audience: `home`, `steer`, `tasks`, `debug`"),
-    Room(13, ("testing",), "fakes for tests and benchmarks (scripted policy, shell, engine, scripted vLLM server, control consumer, a phase table that only records); "
+    Room(13, ("testing",), "fakes for tests and benchmarks (scripted policy, shell, engine, scripted vLLM server, "
+                           "control consumer, a phase table that only records); "
                            "nothing in the product imports it"),
 ]
 

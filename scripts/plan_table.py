@@ -47,14 +47,16 @@ def tables() -> str:
     for label, name in MODELS:
         s = read_model(FIXTURES / name)
         f, lo = training_memory(s, full), training_memory(s, lora)
-        out.append(f"| {label} ({name}: {s.layers} layers, {s.kv_heads} KV heads x {s.head_dim}) | {s.params / 1e9:.2f}B "
+        out.append(f"| {label} ({name}: {s.layers} layers, {s.kv_heads} KV heads x {s.head_dim}) "
+                   f"| {s.params / 1e9:.2f}B "
                    f"| {s.params * 2 / 1e9:.1f} GB | {2 * s.layers * s.kv_heads * s.head_dim * 2 // 1024} KiB "
                    f"| {f['states'] / 1e9:.1f} GB | {lo['states'] / 1e9:.1f} GB | {f['logits'] / 1e9:.1f} GB |")
     out += ["", f"`appliance plan --gpus N --gpu-memory {GPU_GB:.0f}` with the gpu profile, {TOKENS}-token rollouts "
             "and samples (serving: tensor parallel size, memory share, KV budget and the rollouts that fit in it; "
             "training per GPU: micro-batch and peak, or why it does not fit):", "",
-            "| model | GPUs | tuning | tensor parallel | gpu_memory_utilization | KV budget | rollouts fit | sleep level "
-            "| micro-batch | training peak / GPU |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            "| model | GPUs | tuning | tensor parallel | gpu_memory_utilization | KV budget | rollouts fit "
+            "| sleep level | micro-batch | training peak / GPU |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for label, name in MODELS:
         for gpus in GPUS:
             for tuning, st in (("LoRA", lora), ("full", full)):

@@ -68,7 +68,8 @@ def seed_hostile(store: Store) -> None:
         ModelCall(None, ROLLOUT, 1, "error", {"messages": []}, None, [], [], [], 0, 0.2,
                   error=f"engine answered 400: {HOSTILE}")])
     seq = prompt + reply + observation + [6]
-    store.add_samples([Sample(ROLLOUT, "g-hostile", 0, seq, [0] * 4 + [1] * 3 + [0] * 3 + [1], [0.0] * len(seq), 0, 0.0)])
+    store.add_samples([Sample(ROLLOUT, "g-hostile", 0, seq, [0] * 4 + [1] * 3 + [0] * 3 + [1], [0.0] * len(seq),
+                              0, 0.0)])
     store.save_report(RUN, 1, {"iteration": 1}, f"# Report\n\n{HOSTILE}\n\n- analysis: {BRACKETS}\n")
     control = store.request_control(RUN, ControlCommand.PAUSE)
     store.ack_control(control.id, f"refused: {HOSTILE}")

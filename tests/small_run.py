@@ -23,7 +23,8 @@ def small_run_env(sandbox_settings: Settings, home: Path, tiny_model: Path) -> d
     return {
         "APPLIANCE_HOME": str(home),
         "APPLIANCE_PODMAN__GRAPHROOT": str(sandbox_settings.podman_graphroot),
-        "APPLIANCE_PODMAN__ADDITIONAL_IMAGE_STORES": json.dumps([str(p) for p in sandbox_settings.podman.additional_image_stores]),
+        "APPLIANCE_PODMAN__ADDITIONAL_IMAGE_STORES": json.dumps(
+            [str(p) for p in sandbox_settings.podman.additional_image_stores]),
         "APPLIANCE_SANDBOX__MEMORY": "256m",
         "APPLIANCE_ENGINE__MODEL": str(tiny_model),
         "APPLIANCE_ENGINE__PORT": str(free_port()),

@@ -30,7 +30,8 @@ def test_status_on_an_empty_store(tmp_path: Path) -> None:
 
 
 def test_bad_config_is_an_error_not_a_traceback(tmp_path: Path) -> None:
-    env = {**os.environ, "APPLIANCE_HOME": str(tmp_path), "APPLIANCE_SANDBOX__MEMORY": "", "APPLIANCE_ENGINE__PORT": "80"}
+    env = {**os.environ, "APPLIANCE_HOME": str(tmp_path), "APPLIANCE_SANDBOX__MEMORY": "",
+           "APPLIANCE_ENGINE__PORT": "80"}
     out = subprocess.run([str(REPO / ".venv/bin/appliance"), "status"], capture_output=True, text=True, env=env)
     assert out.returncode == 1
     assert "engine.port" in out.stderr and "hint:" in out.stderr

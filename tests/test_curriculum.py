@@ -175,7 +175,8 @@ def test_one_climbing_iteration_through_the_real_phases(sandbox_settings: Settin
     settings.training.demo_warmstart_tasks = 1
     settings.loop.warmstart_first = warmstart_first
     settings.evaluation.samples_per_task = 2
-    settings.evaluation.devset = False  # 66 dev tasks x k answered `true` would only add minutes (tests/test_evaluate.py)
+    # 66 dev tasks x k answered `true` would only add minutes (tests/test_evaluate.py)
+    settings.evaluation.devset = False
     store = Store(settings.db_path)
 
     def answer(request: httpx.Request) -> httpx.Response:

@@ -136,7 +136,8 @@ def test_capability_is_computed_per_operation_and_the_analysis_is_gated(store: S
 
     store.create_run("r", {})
     task = Task("r.t1", "r", "text", 2, "procedural", Split.TRAIN, TaskStatus.VALID,
-                {"id": "t1", "instruction": "Count the lines of notes.txt into n.txt.", "meta": {"operation": "wc-lines"}})
+                {"id": "t1", "instruction": "Count the lines of notes.txt into n.txt.",
+                 "meta": {"operation": "wc-lines"}})
     store.add_task(task)
     for i, (outcome, answer) in enumerate([(Outcome.FAILURE, "```bash\nwc -l < X > Y\n```"),
                                            (Outcome.FAILURE, "```bash\nwc -l < X > Y\n```"),
@@ -179,13 +180,15 @@ def test_habits_count_done_right_after_a_failed_command_and_episodes_that_only_l
                                            [1], [2], [-0.1], 1, 0.0))
             messages.append({"role": "assistant", "content": said})
             if code is not None:
-                messages.append({"role": "user", "content": format_observation(ExecResult(code, "", "oops", 0.1), 2000)})
+                messages.append({"role": "user",
+                                 "content": format_observation(ExecResult(code, "", "oops", 0.1), 2000)})
 
     store.create_run("r", {})
     store.add_task(Task("t1", "r", "files", 2, "procedural", Split.TRAIN, TaskStatus.PROPOSED, {}))
     episode("a", Outcome.FAILURE, [("```bash\nzipp -r a.zip a\n```", 127), ("DONE", None)])
     episode("b", Outcome.SUCCESS, [("```bash\nsort x > y\n```", 2), ("```bash\nsort -o y x\n```", 0), ("DONE", None)])
-    episode("c", Outcome.FAILURE, [("```bash\nls -la\n```", 0), ("```bash\nhead -n 5 x | wc -l\n```", 0), ("DONE", None)])
+    episode("c", Outcome.FAILURE, [("```bash\nls -la\n```", 0), ("```bash\nhead -n 5 x | wc -l\n```", 0),
+                                   ("DONE", None)])
     report, md = build_report(store, "r", 1)
     assert report["habits"] == {"episodes": 3, "commands_mean": 5 / 3, "only_looks": 1, "turns_after_error": 2,
                                 "done_after_error": 1}

@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parents[1]
 APPLIANCE = REPO / ".venv" / "bin" / "appliance"
 
 
-def test_podman_missing_says_how_to_install(settings: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_podman_missing_says_how_to_install(settings: Settings, monkeypatch: pytest.MonkeyPatch,
+                                            tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no podman here
     c = check_podman(settings)
     assert not c.ok and c.required

@@ -30,7 +30,8 @@ def _rollout(rid: str, **kw) -> Rollout:
 
 def test_migrates_an_empty_file(tmp_path: Path) -> None:
     store = Store(tmp_path / "a.db")
-    assert store.applied_migrations() == [m.name for m in migrations.pending(__import__("sqlite_utils").Database(memory=True))]
+    assert store.applied_migrations() \
+        == [m.name for m in migrations.pending(__import__("sqlite_utils").Database(memory=True))]
     tables = {r[0] for r in store.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"runs", "iterations", "tasks", "rollouts", "model_calls", "samples", "checkpoints", "evals",
             "reports", "events", "metrics", "validations", "engine"} <= tables
@@ -225,7 +226,8 @@ def test_evals_and_reports_are_replaced_not_duplicated(store: Store) -> None:
     store.create_run("r", {})
     store.set_eval("r", 0, 0, "files", 1, 10, 2)
     store.set_eval("r", 0, 0, "files", 1, 10, 3)
-    assert store.evals("r") == [{"iteration": 0, "policy_version": 0, "family": "files", "difficulty": 1, "n": 10, "passed": 3}]
+    assert store.evals("r") == [{"iteration": 0, "policy_version": 0, "family": "files", "difficulty": 1, "n": 10,
+                                 "passed": 3}]
     store.save_report("r", 0, {"a": 1}, "# one")
     store.save_report("r", 0, {"a": 2}, "# two")
     store.save_report("r", 1, {"a": 3}, "# three")

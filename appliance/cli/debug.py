@@ -115,7 +115,8 @@ def sandbox() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print exit_code, stdout, stderr, duration_s as JSON.")
 @click.option("--workspace", type=click.Path(path_type=Path), default=None,
               help="Host directory copied to /workspace and back when CMD ends; default: a fresh empty one.")
-@click.option("--timeout", type=float, default=None, help="Time limit of the command in seconds (default sandbox.exec_timeout_s).")
+@click.option("--timeout", type=float, default=None,
+              help="Time limit of the command in seconds (default sandbox.exec_timeout_s).")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 @friendly_errors

@@ -53,7 +53,8 @@ def init(ctx: click.Context, skip_model: bool, skip_image: bool, skip_harnesses:
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
-@click.option("--no-gpu", is_flag=True, help="Report missing GPUs as absent, not failed (trying the gpu image without one).")
+@click.option("--no-gpu", is_flag=True,
+              help="Report missing GPUs as absent, not failed (trying the gpu image without one).")
 @click.pass_context
 @friendly_errors
 def doctor(ctx: click.Context, as_json: bool, no_gpu: bool) -> None:
@@ -94,7 +95,8 @@ def plan(ctx: click.Context, model_dir: Path | None, gpus: int | None, gpu_memor
         seen = detect_gpus()
         if seen is None:
             raise PlanError("no GPU visible (nvidia-smi found none)",
-                            "plan for a GPU server from here with --gpus N --gpu-memory GB (an H100 is 80, an H200 141)")
+                            "plan for a GPU server from here with --gpus N --gpu-memory GB "
+                            "(an H100 is 80, an H200 141)")
         gpus, gpu_memory = gpus or seen[0], gpu_memory or seen[1]
     result = make_plan(read_model(model_dir or settings.model_path), settings, gpus, gpu_memory)
     emit(result.as_dict(), as_json, lambda _: click.echo(render(result)))
@@ -140,7 +142,8 @@ def model() -> None:
 
 
 @model.command("show")
-@click.option("--json", "as_json", is_flag=True, help="Print what is served and every lineage with its versions as JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print what is served and every lineage with its versions as JSON.")
 @click.pass_context
 @friendly_errors
 def model_show(ctx: click.Context, as_json: bool) -> None:

@@ -44,7 +44,8 @@ def report(ctx: click.Context, iteration: int | None, run_id: str | None, as_jso
 @main.command()
 @click.option("--iterations", type=click.IntRange(1), default=None,
               help="Training iterations of the run (default loop.iterations); a restarted run continues its count.")
-@click.option("--headless", is_flag=True, help="No TUI: log lines and a progress line (the default without a terminal).")
+@click.option("--headless", is_flag=True,
+              help="No TUI: log lines and a progress line (the default without a terminal).")
 @click.pass_context
 @friendly_errors
 def run(ctx: click.Context, iterations: int | None, headless: bool) -> None:
@@ -116,7 +117,8 @@ _control_command("stop_after_iteration", "stop", "Stop the loop when the current
 @click.option("--steps", type=click.IntRange(1), default=1, show_default=True,
               help="GRPO optimizer steps; the kept groups are dealt over them.")
 @click.option("--run", "run_id", default=None, help="Run whose practice rollouts to train on (default: the newest).")
-@click.option("--json", "as_json", is_flag=True, help="Print per-step metrics, phase timings and the checkpoint as JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print per-step metrics, phase timings and the checkpoint as JSON.")
 @click.pass_context
 @friendly_errors
 def train(ctx: click.Context, steps: int, run_id: str | None, as_json: bool) -> None:

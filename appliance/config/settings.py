@@ -26,8 +26,8 @@ class PodmanSettings(Section):
     )
     storage_driver: str = Field("overlay", description="containers/storage driver (overlay or vfs).")
     additional_image_stores: list[Path] = Field(
-        default_factory=list, description="Read-only image stores shared into this root (storage.conf additionalimagestores)."
-    )
+        default_factory=list, description="Read-only image stores shared into this root (storage.conf "
+                                          "additionalimagestores).")
 
 
 class SandboxSettings(Section):
@@ -43,26 +43,28 @@ class SandboxSettings(Section):
         1_000_000, ge=1024, description="Output of one command kept per stream; the rest is cut with a marker."
     )
     max_concurrent: int = Field(8, ge=1, description="Sandboxes alive at once (the pool's cap).")
-    start_retries: int = Field(2, ge=0, description="Retries of a failed sandbox start before it counts as infra error.")
+    start_retries: int = Field(2, ge=0, description="Retries of a failed sandbox start before it counts as infra "
+                               "error.")
     workspace_size: str | None = Field(
         None, description="Size cap of /workspace, a tmpfs inside each sandbox that counts against sandbox.memory "
                           '(e.g. "128m"); default a quarter of sandbox.memory.'
     )
     validation_reuse: int = Field(
         25, ge=1, description="Tasks validated one after another in one sandbox, scrubbed between them (every process "
-                              "killed, every writable place wiped and checked); 1 = a new sandbox per task (~2x slower)."
-    )
+                              "killed, every writable place wiped and checked); 1 = a new sandbox per task "
+                              "(~2x slower).")
     block_user_namespaces: bool = Field(
-        True, description="Run sandboxes under the appliance's seccomp profile (appliance/sandbox/seccomp.json): no new "
-                          "user namespaces, no mount/bpf/keyring/io_uring calls. No configured harness needs them."
-    )
+        True, description="Run sandboxes under the appliance's seccomp profile (appliance/sandbox/seccomp.json): "
+                          "no new user namespaces, no mount/bpf/keyring/io_uring calls. No configured harness needs "
+                          "them.")
 
 
 class EngineSettings(Section):
     model: Path | None = Field(
-        None, description=f"Hugging Face model folder to serve and train; default $APPLIANCE_HOME/models/{BUNDLED_MODEL_NAME}."
-    )
-    served_model_name: str = Field("policy", description="Model name harnesses send; any name is accepted by the proxy.")
+        None, description=f"Hugging Face model folder to serve and train; default "
+                          f"$APPLIANCE_HOME/models/{BUNDLED_MODEL_NAME}.")
+    served_model_name: str = Field("policy", description="Model name harnesses send; any name is accepted by the "
+                                   "proxy.")
     host: Literal["127.0.0.1"] = Field("127.0.0.1", description="The engine listens on loopback only.")
     port: int = Field(8100, ge=1024, le=65535, description="Engine (vLLM) port on loopback.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
@@ -77,23 +79,26 @@ class EngineSettings(Section):
     cpu_kvcache_gib: int = Field(1, ge=1, description="KV cache size on the CPU build (VLLM_CPU_KVCACHE_SPACE).")
     startup_timeout_s: float = Field(300.0, gt=0, description="Seconds to wait for the engine to become healthy.")
     max_lora_rank: int = Field(64, ge=1, description="Largest LoRA rank the engine accepts (vLLM --max-lora-rank).")
-    canary_tokens: int = Field(16, ge=1, description="Greedy tokens of the canary generation checked after every sync or wake.")
+    canary_tokens: int = Field(16, ge=1, description="Greedy tokens of the canary generation checked after every sync "
+                               "or wake.")
     canary_tolerance: float = Field(
         0.0, ge=0, le=1,
         description="Nats by which a canary token's log-probability may differ from the reference's, and the top-2 "
-                    "margin below which an argmax flip is a near-tie (appliance/serving/canary.py); 0 = the tokens must "
-                    "be equal (float32 serving).",
+                    "margin below which an argmax flip is a near-tie (appliance/serving/canary.py); 0 = the tokens "
+                    "must be equal (float32 serving).",
     )
     drain_timeout_s: float = Field(600.0, gt=0, description="Longest wait for in-flight model calls before sleeping.")
 
 
 class ProxySettings(Section):
     host: Literal["127.0.0.1"] = Field("127.0.0.1", description="The proxy listens on loopback only.")
-    port: int = Field(8200, ge=0, le=65535, description="Proxy port on loopback; 0 takes a free one when the proxy starts.")
+    port: int = Field(8200, ge=0, le=65535, description="Proxy port on loopback; 0 takes a free one when the proxy "
+                      "starts.")
     max_request_bytes: int = Field(2_000_000, ge=1024, description="Largest request body accepted.")
     max_tokens: int = Field(1024, ge=1, description="Cap on max_tokens of one model call.")
     max_concurrency_per_rollout: int = Field(4, ge=1, description="Model calls in flight per rollout.")
-    retry_after_s: int = Field(5, ge=1, description="Retry-After seconds sent with 503 while the engine is not serving.")
+    retry_after_s: int = Field(5, ge=1, description="Retry-After seconds sent with 503 while the engine is not "
+                               "serving.")
 
     @field_validator("port")
     @classmethod
@@ -123,19 +128,22 @@ class TrainingSettings(Section):
         ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         description="Module names LoRA adapts (vLLM's LoRA loader supports the attention and MLP projections).",
     )
-    learning_rate: float = Field(1e-5, gt=0, description="AdamW learning rate (LoRA typically wants ~10x a full fine-tune's).")
+    learning_rate: float = Field(1e-5, gt=0, description="AdamW learning rate (LoRA typically wants ~10x a full "
+                                 "fine-tune's).")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient norm clip per optimizer step.")
-    micro_batch_size: int = Field(4, ge=1, description="Sequences per forward pass; gradients accumulate over the step.")
+    micro_batch_size: int = Field(4, ge=1, description="Sequences per forward pass; gradients accumulate over the "
+                                  "step.")
     epsilon: float = Field(0.2, ge=0, description="PPO clip range below 1 (and above, unless epsilon_high is set).")
     epsilon_high: float | None = Field(None, ge=0, description="Upper clip range (DAPO's clip-higher uses 0.28).")
-    beta: float = Field(0.0, ge=0, description="KL penalty weight against the reference policy; 0 skips the reference pass.")
+    beta: float = Field(0.0, ge=0, description="KL penalty weight against the reference policy; 0 skips the reference "
+                        "pass.")
     scale_rewards: bool = Field(
-        True, description="Divide group advantages by the group's reward std (always off for dr_grpo, whose point is not to)."
-    )
+        True, description="Divide group advantages by the group's reward std (always off for dr_grpo, whose point is "
+                          "not to).")
     min_valid_rollouts: int = Field(
-        2, ge=1, description="Valid (non infra-error) rollouts a group needs to be trained on; smaller groups are dropped."
-    )
+        2, ge=1, description="Valid (non infra-error) rollouts a group needs to be trained on; smaller groups are "
+                             "dropped.")
     is_mode: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask", "none"] = Field(
         "token_truncate",
         description="Importance-sampling correction against the engine's recorded logprobs (TRL's vLLM modes): "
@@ -166,7 +174,8 @@ class TrainingSettings(Section):
     dtype: Literal["float32", "bfloat16"] = Field(
         "float32", description="Trainer weights dtype; float32 on the CPU keeps the engine/trainer logprob gap ~0."
     )
-    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward (less memory, ~30% slower).")
+    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward (less memory, ~30% "
+                                         "slower).")
     seed: int = Field(0, description="Seed for LoRA initialisation and data order.")
     processes: int = Field(
         1, ge=0,
@@ -213,7 +222,8 @@ class HarnessSettings(Section):
     )
     command_timeout_s: float = Field(60.0, gt=0, description="Time limit of one command the agent runs, with either "
                                      "harness: a task's own `[limits] command_timeout_s` is honoured up to this cap.")
-    observation_chars: int = Field(2000, ge=100, description="Command output shown to the model; longer keeps head and tail.")
+    observation_chars: int = Field(2000, ge=100, description="Command output shown to the model; longer keeps head and "
+                                   "tail.")
     engine_wait_s: float = Field(
         3600.0, gt=0, description="Longest wait for an engine answering 503 before the episode is an infra error."
     )
@@ -223,8 +233,8 @@ class HarnessSettings(Section):
         "(pip --no-index --find-links); the container image sets it. None: pip's own indexes."
     )
     native_tools: bool = Field(
-        False, description="Offer bash/submit as OpenAI tools (needs the engine's tool parser); fenced blocks always work."
-    )
+        False, description="Offer bash/submit as OpenAI tools (needs the engine's tool parser); fenced blocks always "
+                           "work.")
     stop: list[str] = Field(
         ["```\n"], description="Stop strings (kept in the output): end a turn at the first closed code block, so a "
         "small model does not go on to invent the command's output and its next turns."
@@ -301,8 +311,8 @@ class LoopSettings(Section):
 
 class EvaluationSettings(Section):
     samples_per_task: int = Field(
-        2, ge=1, description="Rollouts per held-out task (k); pass@1 is the mean over all of them, with a 95 % Wilson interval."
-    )
+        2, ge=1, description="Rollouts per held-out task (k); pass@1 is the mean over all of them, with a 95 % Wilson "
+                             "interval.")
     budget_share: float = Field(
         0.33, gt=0, le=1, description="Evaluation's share of an iteration's wall time: held-out tasks are cut (evenly "
         "over families and levels) so the measured rollout time stays under this share of the last iteration."
@@ -337,9 +347,9 @@ def default_harnesses() -> dict[str, ExternalHarnessSettings]:
         "mini-swe-agent": ExternalHarnessSettings(
             recipe="mini-swe-agent",
             command=["python3", "-m", "minisweagent.run.mini", "-c", "mini_textbased.yaml",
-                     "-c", "model.model_kwargs.api_base={openai_base_url}", "-c", "model.model_kwargs.api_key={api_key}",
-                     "-c", "agent.step_limit={max_turns}", "-c", "environment.cwd=/workspace",
-                     "-c", "environment.timeout={command_timeout_s}",
+                     "-c", "model.model_kwargs.api_base={openai_base_url}",
+                     "-c", "model.model_kwargs.api_key={api_key}", "-c", "agent.step_limit={max_turns}",
+                     "-c", "environment.cwd=/workspace", "-c", "environment.timeout={command_timeout_s}",
                      "-m", "openai/{model}", "--model-class", "litellm_textbased", "-l", "0",
                      "-t", "{instruction}", "--yolo", "--exit-immediately", "-o", "/tmp/trajectory.json"],
             env={"OPENAI_API_KEY": "{api_key}", "OPENAI_BASE_URL": "{openai_base_url}"},

@@ -45,7 +45,8 @@ def harness_settings(settings: Settings, name: str) -> ExternalHarnessSettings:
         return settings.harnesses[name]
     except KeyError:
         choices = ", ".join(["builtin", *settings.harnesses]) or "builtin"
-        raise ConfigError(f"unknown harness {name!r}", f"choose one of: {choices} (or add [harnesses.{name}])") from None
+        raise ConfigError(f"unknown harness {name!r}",
+                          f"choose one of: {choices} (or add [harnesses.{name}])") from None
 
 
 def recipe_dir(spec: ExternalHarnessSettings) -> Path:

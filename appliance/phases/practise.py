@@ -34,7 +34,8 @@ def practise(ctx: PhaseContext, index: int) -> None:
         ctx.event("practise", f"iteration {index}: no practice: the warm-start SFT comes first (loop.warmstart_first)")
         return
     tasks = ctx.iteration_tasks(index, TaskStatus.VALID) + [
-        t for t in ctx.iteration_tasks(index) if t.status in (TaskStatus.LEARNABLE, TaskStatus.TOO_EASY, TaskStatus.TOO_HARD)]
+        t for t in ctx.iteration_tasks(index)
+        if t.status in (TaskStatus.LEARNABLE, TaskStatus.TOO_EASY, TaskStatus.TOO_HARD)]
     run_pending(ctx, [draw(ctx, task, index, k) for task in tasks for k in range(lp.group_size)])
     draw_more(ctx, index, tasks)
     for task in ctx.iteration_tasks(index, TaskStatus.VALID):

@@ -214,7 +214,8 @@ class Proxy:
             upstream = await self.client.post(ENGINE_PATHS[kind], json=sent)
         except ENGINE_ERRORS as e:
             self.leave()
-            await self.commit(self.call_row(rollout_id, sent, started, status="error", error=f"engine unreachable: {e!r}"))
+            await self.commit(self.call_row(rollout_id, sent, started, status="error",
+                                            error=f"engine unreachable: {e!r}"))
             raise Refusal(502, f"the engine failed: {e!r}", "engine_error") from None
         if upstream.status != 200:
             text = (await upstream.read()).decode(errors="replace")

@@ -30,7 +30,8 @@ verifier (self-proposed tasks are written by the policy). Protected:
 - stages and tasks: what each may touch, and what it cannot see afterwards:
   | stage | runs where | may write | sees afterwards |
   | --- | --- | --- | --- |
-  | setup, agent (rollout) | the rollout's sandbox | its /workspace, /tmp, $HOME, /dev/shm | nothing: the sandbox is removed, the workspace copied out sanitized |
+  | setup, agent (rollout) | the rollout's sandbox | its /workspace, /tmp, $HOME, /dev/shm | \
+nothing: the sandbox is removed, the workspace copied out sanitized |
   | verifier (rollout) | a new sandbox | nothing in /workspace (read-only to it) | nothing |
   | setup, reference, verifier (validation) | a sandbox scrubbed before every stage | as above | nothing |
   A scrub (`Sandbox.scrub`) kills every process but PID 1 (a reaper that cannot be signalled from
@@ -43,7 +44,8 @@ verifier (self-proposed tasks are written by the policy). Protected:
   runs programs taken out, made read-only, and it is started from outside /workspace with a fixed
   environment. It is run the same way in validation and in rollouts.
 - the verdict (`judge`): a verifier runs the agent's code by design, as its own uid. Its pass/fail is its
-  exit status as read with waitpid by a launcher that is the top process of its own `podman exec` (one per sandbox, spared by scrubs);
+  exit status as read with waitpid by a launcher that is the top process of its own `podman exec`
+  (one per sandbox, spared by scrubs);
   launcher and verifier run from execute-only interpreters (mode 0711 copies under
   /usr/local/libexec/appliance), which the kernel makes non-dumpable, so no process of the sandbox may
   ptrace them, read or write their memory or open their descriptors; the launcher's stdout, where the

@@ -57,7 +57,8 @@ def check_isolation(settings: Settings) -> tuple[bool, str, str]:
         return False, f"{mechanism}; not tried: podman or the sandbox image is missing", "see the podman check"
     try:
         with Sandbox.start(settings) as sb:
-            r = sb.exec("df -B1 --output=fstype,size /workspace | tail -1; unshare -r true 2>&1 && echo USERNS", timeout=30)
+            r = sb.exec("df -B1 --output=fstype,size /workspace | tail -1; unshare -r true 2>&1 && echo USERNS",
+                        timeout=30)
     except ApplianceError as e:
         return False, e.message, e.hint
     fields = r.stdout.split()

@@ -56,7 +56,8 @@ def apt_sources(apt_dir: Path = APT_DIR) -> Path:
 
     Debian's images name it debian.sources; an mmdebstrap rootfs (our container's cpu base) 0000debian.sources.
     """
-    candidates = [apt_dir / "sources.list.d" / "debian.sources", *sorted((apt_dir / "sources.list.d").glob("*.sources")),
+    candidates = [apt_dir / "sources.list.d" / "debian.sources",
+                  *sorted((apt_dir / "sources.list.d").glob("*.sources")),
                   apt_dir / "sources.list", *sorted((apt_dir / "sources.list.d").glob("*.list"))]
     for path in candidates:
         if path.is_file() and path.read_text().strip():

@@ -5,7 +5,8 @@ itself. Text that code can reach is no verdict: a persistent shell's stdout (wit
 can read out of the shell's memory) or the verifier's own stdout (inherited, or opened through
 /proc/PID/fd). So the verdict travels another way:
 
-- a `podman exec` whose top process is the launcher (one per sandbox, serving each verdict in turn) (image/judge-launcher.py) started through an
+- a `podman exec` whose top process is the launcher (one per sandbox, serving each verdict in turn)
+(image/judge-launcher.py) started through an
   execute-only interpreter: the kernel makes it non-dumpable, so no process of the sandbox may ptrace
   it, read or write its memory or open its descriptors, and its stdout pipe is held by it and the
   container runtime alone;
@@ -146,7 +147,8 @@ def run_judge(sb: SandboxAPI, lang: str, source: str, *, timeout_s: float, env: 
                                "rebuild the sandbox image with `appliance init`") from None
         if verdict.get("error"):
             _end(sb)
-            raise SandboxError(f"sandbox {sb.name}: {verdict['error']}", "rebuild the sandbox image with `appliance init`")
+            raise SandboxError(f"sandbox {sb.name}: {verdict['error']}",
+                               "rebuild the sandbox image with `appliance init`")
         return JudgeRun(verdict["exit_code"], verdict["stdout"], verdict["stderr"], verdict["duration_s"],
                         verdict["timed_out"], verdict["score_channel"])
     try:  # EOF: the launcher died, and its exec client follows within moments

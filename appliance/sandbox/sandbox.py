@@ -51,37 +51,44 @@ REAPER = ("import os, signal\n"
 # Between two uses of one sandbox: every process but PID 1 and this shell killed (kill(-1) is atomic
 # against fork: a child of a dying parent is never created), every writable place emptied (the root is
 # read-only; /workspace, /tmp, $HOME, /dev/shm, /dev/mqueue and SysV IPC are all there is), then checked.
-KILL_ALL = r"""kill -9 -1 2>/dev/null; kill -9 -1 2>/dev/null
+KILL_ALL = """kill -9 -1 2>/dev/null; kill -9 -1 2>/dev/null
 for ((__i = 0; __i < 300; __i++)); do  # builtins only: the pids limit may still be exhausted here
-  __left=""; for __d in /proc/[0-9]*; do __p=${__d#/proc/}; case $__p in 1|$$) ;; *) [ -e "$__d" ] && __left="$__left $__p";; esac; done
+  __left=""; for __d in /proc/[0-9]*; do __p=${__d#/proc/}; \
+case $__p in 1|$$) ;; *) [ -e "$__d" ] && __left="$__left $__p";; esac; done
   [ -z "$__left" ] && break; kill -9 -1 2>/dev/null; sleep 0.01 2>/dev/null
 done
 cd /workspace
 if [ -z "$__left" ]; then echo "kill: clean"; else echo "kill: left processes[$__left]"; fi"""
 # The same, sparing the verdict launcher: per-process kills, round after round until nothing else is left
 # (a process forked between two rounds is caught by the next; the pids limit bounds how many there are).
-KILL_ALL_BUT = r"""__spare=" 1 $$ SPARED "
-__killall() { for __d in /proc/[0-9]*; do __p=${__d#/proc/}; case "$__spare" in *" $__p "*) ;; *) kill -9 $__p 2>/dev/null;; esac; done; }
+KILL_ALL_BUT = """__spare=" 1 $$ SPARED "
+__killall() { for __d in /proc/[0-9]*; do __p=${__d#/proc/}; \
+case "$__spare" in *" $__p "*) ;; *) kill -9 $__p 2>/dev/null;; esac; done; }
 __killall; __killall
 for ((__i = 0; __i < 300; __i++)); do
-  __left=""; for __d in /proc/[0-9]*; do __p=${__d#/proc/}; case "$__spare" in *" $__p "*) ;; *) [ -e "$__d" ] && __left="$__left $__p";; esac; done
+  __left=""; for __d in /proc/[0-9]*; do __p=${__d#/proc/}; \
+case "$__spare" in *" $__p "*) ;; *) [ -e "$__d" ] && __left="$__left $__p";; esac; done
   [ -z "$__left" ] && break; __killall; sleep 0.01 2>/dev/null
 done
 cd /workspace
 if [ -z "$__left" ]; then echo "kill: clean"; else echo "kill: left processes[$__left]"; fi"""
-WIPE = r"""__dirs="/workspace /tmp $HOME /dev/shm /dev/mqueue"
+WIPE = """__dirs="/workspace /tmp $HOME /dev/shm /dev/mqueue"
 [ -w /workspace ] || chmod u+rwx /workspace  # the verifier's read-only workspace, emptied already
-find $__dirs -mindepth 1 -delete 2>/dev/null || { chmod -R u+rwx $__dirs 2>/dev/null; find $__dirs -mindepth 1 -delete; }
+find $__dirs -mindepth 1 -delete 2>/dev/null || \
+{ chmod -R u+rwx $__dirs 2>/dev/null; find $__dirs -mindepth 1 -delete; }
 __wiped=$?
-__ipc() { __n=0; for __f in /proc/sysvipc/shm /proc/sysvipc/msg /proc/sysvipc/sem; do mapfile -t __l < $__f; (( __n += ${#__l[@]} - 1 )); done; }
+__ipc() { __n=0; for __f in /proc/sysvipc/shm /proc/sysvipc/msg /proc/sysvipc/sem; do \
+mapfile -t __l < $__f; (( __n += ${#__l[@]} - 1 )); done; }
 __ipc; (( __n > 0 )) && { ipcrm -a 2>/dev/null; __ipc; }
-if [ $__wiped = 0 ] && [ $__n = 0 ] && [ -w /workspace ]; then echo "wipe: clean"; else echo "wipe: left files (find exit $__wiped), $__n IPC objects"; fi"""
+if [ $__wiped = 0 ] && [ $__n = 0 ] && [ -w /workspace ]; then echo "wipe: clean"; \
+else echo "wipe: left files (find exit $__wiped), $__n IPC objects"; fi"""
 
 AGENT_UID = 1000
 # timeout(1) puts itself and the command in a new process group; when it returns, whatever the command
 # left running in that group (a backgrounded fork bomb, a server holding stdout open) is killed too.
 # Only `kill` (a builtin) runs after the command, so this works even when the pids limit is exhausted.
-_EXEC_WRAPPER = 'timeout -s KILL "$0" "$@" & p=$!; { wait $p; } 2>/dev/null; rc=$?; kill -KILL -- -$p 2>/dev/null; exit $rc'
+_EXEC_WRAPPER = ('timeout -s KILL "$0" "$@" & p=$!; { wait $p; } 2>/dev/null; rc=$?; '
+                 'kill -KILL -- -$p 2>/dev/null; exit $rc')
 DOOR_MOUNT = "/door"
 # A podman exec client that outlives the in-sandbox timeout by this much is stuck; kill it host-side.
 CLIENT_GRACE_S = 15.0
@@ -94,7 +101,8 @@ def _size_bytes(size: str) -> int:
     try:
         return int(float(text[:-1]) * units[text[-1]]) if text[-1] in units else int(text)
     except (ValueError, IndexError):
-        raise SandboxError(f"sandbox.memory = {size!r} is not a size", 'use a number with a unit, e.g. "512m" or "2g"') from None
+        raise SandboxError(f"sandbox.memory = {size!r} is not a size",
+                           'use a number with a unit, e.g. "512m" or "2g"') from None
 
 
 def workspace_bytes(settings: Settings) -> int:
@@ -136,7 +144,8 @@ def _install_cleanup() -> None:
     _cleanup_installed = True
     atexit.register(_stop_all)
     # Only take SIGTERM over when nobody else handles it (a server framework may have its own handler).
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+    if threading.current_thread() is threading.main_thread() \
+            and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
         signal.signal(signal.SIGTERM, _on_sigterm)
 
 
@@ -300,7 +309,8 @@ class Sandbox:
                  'mkdir -p "$1" && tar -x --no-same-owner --no-same-permissions -C "$1"', "sh", str(target.parent)],
                 stdin=buf, capture_output=True, env=podman_env(self.settings), timeout=300)
         if proc.returncode != 0:
-            raise SandboxError(f"put {dest} into sandbox {self.name} failed: {proc.stderr.decode(errors='replace').strip()}",
+            raise SandboxError(f"put {dest} into sandbox {self.name} failed: "
+                               f"{proc.stderr.decode(errors='replace').strip()}",
                                "the destination must be writable by the agent: /workspace, /tmp or /home/agent")
 
     def put_tar(self, data: bytes, dest: str = "/workspace") -> None:

@@ -162,7 +162,8 @@ class Shell:
             return
         self.restarts += 1
         if self._pid and self._proc.poll() is None:
-            podman(self._sb.settings, "exec", self._sb.name, "kill", "-KILL", "--", f"-{self._pid}", check=False, timeout=30)
+            podman(self._sb.settings, "exec", self._sb.name, "kill", "-KILL", "--", f"-{self._pid}", check=False,
+                   timeout=30)
         try:
             self._proc.wait(timeout=10)
         except subprocess.TimeoutExpired:

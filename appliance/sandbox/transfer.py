@@ -293,7 +293,8 @@ def shell_get(shell: SandboxShell, src: str = "/workspace", timeout: float = 60)
     if r.truncated:
         return None
     if r.exit_code != 0 or r.timed_out:
-        raise SandboxError(f"copying the workspace out of the sandbox failed ({r.exit_code}): {r.stderr.strip()[-300:]}",
+        raise SandboxError(f"copying the workspace out of the sandbox failed ({r.exit_code}): "
+                           f"{r.stderr.strip()[-300:]}",
                            "an infra error; `appliance doctor` checks the sandbox")
     data, dropped = sanitize(base64.b64decode(r.stdout))
     return data, dropped + ignored_by_tar(r.stderr)

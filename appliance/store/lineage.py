@@ -120,7 +120,8 @@ class LineageRecords(Database):
         """Checkpoint folders of a lineage moved (archived by `appliance model use`): rewrite their paths."""
         n = len(old_prefix)
         with self.write() as c:
-            c.execute("UPDATE checkpoints SET path = ? || substr(path, ?) WHERE lineage_id = ? AND substr(path, 1, ?) = ?",
+            c.execute("UPDATE checkpoints SET path = ? || substr(path, ?) WHERE lineage_id = ?"
+                      " AND substr(path, 1, ?) = ?",
                       (new_prefix, n + 1, lineage_id, n, old_prefix))
             c.execute("UPDATE policy_versions SET weights = ? || substr(weights, ?) WHERE lineage_id = ?"
                       " AND substr(weights, 1, ?) = ?", (new_prefix, n + 1, lineage_id, n, old_prefix))

@@ -75,7 +75,8 @@ class Results(Database):
     def report(self, run_id: str, iteration: int | None = None) -> tuple[dict[str, Any], str] | None:
         """The report of one iteration, or the latest one when `iteration` is None."""
         if iteration is None:
-            row = self.one("SELECT json, markdown FROM reports WHERE run_id = ? ORDER BY iteration DESC LIMIT 1", run_id)
+            row = self.one("SELECT json, markdown FROM reports WHERE run_id = ?"
+                           " ORDER BY iteration DESC LIMIT 1", run_id)
         else:
             row = self.one("SELECT json, markdown FROM reports WHERE run_id = ? AND iteration = ?", run_id, iteration)
         return (records.from_json(row["json"]), row["markdown"]) if row else None

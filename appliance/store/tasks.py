@@ -63,17 +63,20 @@ class TaskPool(Database):
         return self.tasks(run_id, split=Split.TRAIN, status=status, family=family)
 
     def check_trainable(self, task_ids: list[str] | set[str]) -> None:
-        """Raise `StoreError` if any of these tasks is held out or in the dev set; the trainer calls this before a step."""
+        """Raise `StoreError` if any of these tasks is held out or in the dev set; the trainer calls this
+        before a step."""
         ids = sorted(set(task_ids))
         held: list[str] = []
         for i in range(0, len(ids), 500):
             chunk = ids[i:i + 500]
-            rows = self.conn.execute(f"SELECT id FROM tasks WHERE split IN ('heldout', 'dev') AND id IN ({','.join('?' * len(chunk))})",
-                                     chunk)
+            rows = self.conn.execute("SELECT id FROM tasks WHERE split IN ('heldout', 'dev')"
+                                     f" AND id IN ({','.join('?' * len(chunk))})", chunk)
             held += [r[0] for r in rows]
         if held:
-            raise StoreError(f"{len(held)} held-out or dev task(s) asked for in a training context: {', '.join(held[:5])}",
-                             "held-out and dev tasks are for evaluation only; take training tasks from store.training_tasks()")
+            raise StoreError(f"{len(held)} held-out or dev task(s) asked for in a training context: "
+                             f"{', '.join(held[:5])}",
+                             "held-out and dev tasks are for evaluation only; take training tasks from "
+                             "store.training_tasks()")
 
     # --- reads for the TUI: aggregates and pages, never whole tables ------------------------------
     def task_matrix(self, run_id: str | None) -> list[tuple[str, int, str, str, int]]:
@@ -86,5 +89,6 @@ class TaskPool(Database):
     def tasks_page(self, run_id: str | None, family: str, difficulty: int, *, limit: int = 50,
                    offset: int = 0) -> list[Task]:
         rows = self.conn.execute("SELECT * FROM tasks WHERE run_id IS ? AND family = ? AND difficulty = ?"
-                                 " ORDER BY created_at, id LIMIT ? OFFSET ?", (run_id, family, difficulty, limit, offset))
+                                 " ORDER BY created_at, id LIMIT ? OFFSET ?",
+                                 (run_id, family, difficulty, limit, offset))
         return [records.task(r) for r in rows]

@@ -63,7 +63,8 @@ def verifier(parts: list[TaskSpec]) -> str:
     for p in parts:
         lines.append(f"{PART[p.verify_lang]} {shlex.quote(p.verify)} 3>/dev/null </dev/null && __ok=$((__ok + 1))")
     n = len(parts)
-    lines += [f'__m=$(( __ok * 1000 / {n} )); printf "SCORE=%d.%03d\\n" $(( __m / 1000 )) $(( __m % 1000 )) >&3 2>/dev/null',
+    lines += [(f'__m=$(( __ok * 1000 / {n} )); printf "SCORE=%d.%03d\\n" $(( __m / 1000 )) $(( __m % 1000 ))'
+               ' >&3 2>/dev/null'),
               f'echo "parts passed: $__ok of {n}"', f"[ $__ok -eq {n} ]"]
     return "\n".join(lines) + "\n"
 

@@ -162,7 +162,8 @@ class TaskSpec:
         try:
             data["difficulty"] = int(data["difficulty"])
         except (TypeError, ValueError):
-            raise TaskFormatError(f"difficulty {data['difficulty']!r} is not a number", "set difficulty to 1..5") from None
+            raise TaskFormatError(f"difficulty {data['difficulty']!r} is not a number",
+                                  "set difficulty to 1..5") from None
         spec_obj = cls(**data)
         spec_obj.check()
         return spec_obj

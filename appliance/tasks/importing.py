@@ -126,7 +126,8 @@ def parse_entry(raw: Any, index: int, *, root: str = ROOT, shared_setup: str = "
                               'write {"query": "...", "gold": "..."}')
     unknown = sorted(set(raw) - {"query", "gold", "setup", "files"})
     if unknown:
-        raise TaskFormatError(f"{where} has unknown keys: {', '.join(unknown)}", "the keys are query, gold, setup, files")
+        raise TaskFormatError(f"{where} has unknown keys: {', '.join(unknown)}",
+                              "the keys are query, gold, setup, files")
     for key in ("query", "gold"):
         if not isinstance(raw.get(key), str) or not raw[key].strip():
             raise TaskFormatError(f"{where} has no {key}", f'give "{key}" as non-empty text')
@@ -181,7 +182,8 @@ def expected_of(index: int, stdout: str, exit_code: int, timed_out: bool, stderr
     it cannot be a check."""
     where = f"entry {index}"
     if timed_out:
-        raise TaskFormatError(f"{where}: the gold command ran past its time limit", "raise --timeout or fix the command")
+        raise TaskFormatError(f"{where}: the gold command ran past its time limit",
+                              "raise --timeout or fix the command")
     if exit_code != 0 and not stdout.strip():
         raise TaskFormatError(f"{where}: the gold command exited {exit_code} and printed nothing: "
                               f"{stderr.strip()[-300:]}", "fix the gold command (or the setup it relies on)")

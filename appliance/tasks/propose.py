@@ -90,7 +90,8 @@ def parse_proposal(text: str, family: str, level: int) -> TaskSpec | None:
     instruction = " ".join(sec["instruction"][1].split()) if "\n" not in sec["instruction"][1].strip() \
         else sec["instruction"][1].strip()
     vlang, verify = sec["verify"]
-    python = vlang in ("python", "python3", "py") or verify.lstrip().startswith(("import ", "from ", "#!/usr/bin/env python"))
+    python = vlang in ("python", "python3", "py") or \
+        verify.lstrip().startswith(("import ", "from ", "#!/usr/bin/env python"))
     setup = sec.get("setup", ("", ""))[1]
     solution = sec["solution"][1]
     digest = hashlib.sha256(json.dumps([family, level, instruction, setup, verify, solution]).encode()).hexdigest()[:12]
@@ -98,7 +99,8 @@ def parse_proposal(text: str, family: str, level: int) -> TaskSpec | None:
         id=f"sp-{family}-{level}-{digest}", family=family, difficulty=level, instruction=instruction,
         verify=verify + "\n", solution=solution + "\n", setup=setup + "\n" if setup.strip() else "",
         verify_lang="python" if python else "bash", source="self_proposed",
-        limits=Limits(max_turns=4 + 2 * level, command_timeout_s=30.0, setup_timeout_s=30.0), meta={"proposed_for": family},
+        limits=Limits(max_turns=4 + 2 * level, command_timeout_s=30.0, setup_timeout_s=30.0),
+        meta={"proposed_for": family},
     )
 
 

@@ -12,10 +12,12 @@ and what it trusts are described there).
 sandbox is scrubbed, the task's files are put in, setup runs; the workspace as set up must fail the
 verifier, with a score strictly below the reference's (a verifier that pays for doing nothing is
 refused); twice, from scratch, setup and the reference solution then make it pass within the task's time
-limit; nothing may need the network; the task's files must fit the sandbox's workspace. The first failing stage names the reason
+limit; nothing may need the network; the task's files must fit the sandbox's workspace. The first failing stage
+names the reason
 (`REASONS`). Reasons starting with "infra:" are the machine's fault, not the task's: retry rather than
 reject. `validate_many` does the same for many tasks in parallel, `sandbox.validation_reuse` tasks per
-sandbox, scrubbed between them (1: a new sandbox per task, about 2x slower). Any other exception while a task is validated
+sandbox, scrubbed between them (1: a new sandbox per task, about 2x slower). Any other exception while a task
+is validated
 is that task's rejection and the end of its sandbox; it never touches another task's verdict.
 
 `admit` stores each task with its verdict, near-duplicates of the pool rejected (`appliance.tasks.pool`
@@ -53,8 +55,8 @@ from appliance.tasks.verify import (
     written_score,
 )
 
-__all__ = ["REASONS", "SandboxStarter", "Stage", "Validation", "VerifyResult", "admit", "validate_agent_free", "validate_many",
-           "verify_workspace", "write_workspace"]
+__all__ = ["REASONS", "SandboxStarter", "Stage", "Validation", "VerifyResult", "admit", "validate_agent_free",
+           "validate_many", "verify_workspace", "write_workspace"]
 
 # Rejection reasons, stored verbatim in tasks.reject_reason (tests and the report group by them).
 BAD_FORMAT = "bad format"
@@ -274,7 +276,8 @@ def _stages(sb: SandboxAPI, spec: TaskSpec, stages: list[Stage]) -> str | None:
         final, dropped = _get(sb)
         archive, tampered = prepare(spec, final)
         if tampered or dropped:
-            stages[-1].detail += f"\n(the reference solution changed protected files or left: {', '.join(tampered + dropped)})"
+            stages[-1].detail += ("\n(the reference solution changed protected files or left: "
+                                  f"{', '.join(tampered + dropped)})")
         # a question task's reference answers on its standard output
         j = record(f"verify-{i}", judge(sb, spec, archive, r.stdout if spec.answer else ""))
         if j.timed_out:

@@ -182,7 +182,8 @@ def verify_workspace(settings: Settings, spec: TaskSpec, workspace_dir: Path | s
     sandbox. `archive`: the same tree as the sanitized archive it was copied out as (`Sandbox.copied_out`),
     judged instead of the directory, whose host copy cannot hold the links the agent made inside it.
     `dropped`: what the copy out of the agent's sandbox left out (`Sandbox.dropped`), recorded
-    as tampering. `answer`: what the agent submitted with, for a question task. A verifier past its time limit on this workspace is the agent's failure; only a sandbox
+    as tampering. `answer`: what the agent submitted with, for a question task. A verifier past its time
+    limit on this workspace is the agent's failure; only a sandbox
     that fails is an error (infra)."""
     t0 = time.monotonic()
     skipped: list[str] = []
@@ -198,5 +199,5 @@ def verify_workspace(settings: Settings, spec: TaskSpec, workspace_dir: Path | s
             r = judge(sb, spec, archive, answer)
     except ApplianceError as e:
         return VerifyResult(False, None, "", tampered, f"{type(e).__name__}: {e.message}", time.monotonic() - t0)
-    return VerifyResult(passed(r), score_of(r), output_of(r, spec.limits.verifier_timeout_s), tampered, None, time.monotonic() - t0,
-                        timed_out=r.timed_out)
+    return VerifyResult(passed(r), score_of(r), output_of(r, spec.limits.verifier_timeout_s), tampered, None,
+                        time.monotonic() - t0, timed_out=r.timed_out)

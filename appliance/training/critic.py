@@ -4,7 +4,8 @@ The value head (`training.method = "ppo"`, or GRPO with `turn_credit`): one line
 last hidden state, detached, to V(state), read at each assistant turn's first token. Why a head on detached
 features and not a separate critic, nor a head whose loss reaches the adapter: a second 135M model with its
 own AdamW state would add about 2.2 GB and a forward and backward per sample to a 2-core, 24 GB machine
-(more time-sliced with serving on a GPU), for a few hundred value targets a phase; a head sharing the trunk's gradients would let the value
+(more time-sliced with serving on a GPU), for a few hundred value targets a phase; a head sharing the trunk's
+gradients would let the value
 loss move the LoRA adapter the engine serves. Detached, the head costs hidden_size + 1 parameters, no extra
 forward pass, and leaves the policy update exactly the PPO one. It lives beside the optimizer state
 (`trainer/value_head.pt`, with its own AdamW), so the engine's weights, the weight sync and `appliance
@@ -121,7 +122,8 @@ class Critic:
         olds = [self.old_values.get(t, 0.0) for t in turns]
         if len(rets) > 1:
             var = _var(rets)
-            out["explained_variance"] = 1.0 - _var([r - v for r, v in zip(rets, olds, strict=True)]) / var if var else 0.0
+            out["explained_variance"] = 1.0 - _var([r - v for r, v in zip(rets, olds, strict=True)]) / var \
+                if var else 0.0
             out.update(returns_mean=sum(rets) / len(rets), values_mean=sum(olds) / len(olds))
         by_turn: dict[int, list[float]] = {}
         for s in trainable:

@@ -93,7 +93,8 @@ def export_version(store: Store, dest: Path | str, *, version: int | None = None
     except OSError as e:
         shutil.rmtree(partial, ignore_errors=True)
         raise ExportError(f"export of version {version} to {dest} failed: {e}",
-                          "nothing was left at the destination; fix the cause (disk space, permissions) and retry") from e
+                          "nothing was left at the destination; fix the cause (disk space, permissions) "
+                          "and retry") from e
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise

@@ -87,7 +87,8 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
 
     `demonstrations` (appliance.demonstrations) are SFT-only samples, trained with the successes whatever
     training.method says; they never enter the GRPO groups. `should_stop` is asked between optimizer steps
-    of the in-process trainer, and every second while workers train: when it says yes the phase raises Interrupted, publishes nothing and leaves
+    of the in-process trainer, and every second while workers train: when it says yes the phase raises
+    Interrupted, publishes nothing and leaves
     the engine paused for the shutdown to stop (waking it would only delay the exit)."""
     from appliance.training.multiprocess import resolve_processes
     from appliance.training.sft import successful_samples

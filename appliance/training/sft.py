@@ -144,7 +144,8 @@ def shared_prefix_nll(model: Any, samples: list[Sample], *, max_len: int, pad_id
     return nll, len(labels)
 
 
-def sft(policy: PolicyTrainer, samples: list[Sample], should_stop: Callable[[], bool] | None = None) -> dict[str, float]:
+def sft(policy: PolicyTrainer, samples: list[Sample],
+        should_stop: Callable[[], bool] | None = None) -> dict[str, float]:
     """Train `policy` (a `PolicyTrainer`) in place on `samples`; returns loss, steps and trained tokens.
 
     `should_stop` is asked before each optimizer step: a warm-start SFT is twenty minutes on the CPU, and a

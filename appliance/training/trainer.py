@@ -62,7 +62,8 @@ class PolicyTrainer(Critic):
         self.kind = "full" if cfg.full_finetune else "lora"
         if resume_kind is not None and resume_kind != self.kind:
             raise TrainingError(
-                f"the latest checkpoint is a {resume_kind!r} checkpoint but training.full_finetune asks for {self.kind!r}",
+                f"the latest checkpoint is a {resume_kind!r} checkpoint but training.full_finetune asks for "
+                f"{self.kind!r}",
                 "keep training.full_finetune as it was for this run, or start a new run",
             )
         dtype = getattr(torch, cfg.dtype)  # the setting names a torch dtype ("bfloat16"), checked by config

@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 
 # C0 controls but newline and tab, DEL, C1 controls and the bidirectional overrides, shown as their escapes
 _CONTROLS = [c for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if chr(c) not in "\n\t"]
-_INERT = {c: f"\\x{c:02x}" for c in _CONTROLS} | {c: f"\\u{c:04x}" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+_INERT = ({c: f"\\x{c:02x}" for c in _CONTROLS}
+          | {c: f"\\u{c:04x}" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))})
 
 
 def inert(text: object) -> str:

@@ -50,7 +50,8 @@ class OverviewScreen(PollingScreen):
                                plain(model) if model else f"policy v{version}", ")")
         system = Content.assemble(engine, " · ", plain(self.appliance.probe()))
         if run is None:
-            return OverviewData(run_title(None, "overview"), Content(), Content(), system, Content(), Content(), Content())
+            return OverviewData(run_title(None, "overview"), Content(), Content(), system, Content(), Content(),
+                                Content())
         iterations = store.iterations(run.id)
         it = iterations[-1] if iterations else None
         # no "of N": iteration 0 measures the policy the run started from (the base model, or the version a
@@ -160,7 +161,8 @@ def learning_line(store: Store, run_id: str) -> Content:
     return Content.assemble(
         f"{'last step':<17}signal ", (f"{v['groups_with_signal']:.0f}", "bold"), f"/{v['valid_groups']:.0f} groups · "
         f"clip {v['clip_ratio']:.2f} · IS gap {v['logprob_gap_mean']:.3f} · entropy {v['entropy']:.2f} · "
-        f"cut {v['truncated_tokens']:.0f} tok · {v['turns_mean']:.1f} turns · {v['response_tokens_mean']:.0f} tok/reply")
+        f"cut {v['truncated_tokens']:.0f} tok · {v['turns_mean']:.1f} turns · "
+        f"{v['response_tokens_mean']:.0f} tok/reply")
 
 
 def curve_line(label: str, values: list[float], fmt: str) -> Content:

@@ -124,6 +124,7 @@ def diff_text(previous: str | None, current: str) -> Content:
     lines = difflib.unified_diff(previous.splitlines(), current.splitlines(), "previous", "this", lineterm="", n=2)
     out = []
     for line in lines:
-        style = "green" if line.startswith("+") else "red" if line.startswith("-") else "cyan" if line.startswith("@") else ""
+        style = "green" if line.startswith("+") else "red" if line.startswith("-") else \
+            "cyan" if line.startswith("@") else ""
         out.append(plain(line, style))
     return Content("\n").join(out) if out else Content.styled("identical to the previous report", "dim")

@@ -74,7 +74,8 @@ class RolloutsScreen(PollingScreen):
         pages = max(1, -(-total // PAGE))
         self.page = min(self.page, pages - 1)
         groups = store.rollout_groups(run_id, it, limit=PAGE, offset=self.page * PAGE)
-        group = self.group if self.group in {g["group_id"] for g in groups} else (groups[0]["group_id"] if groups else None)
+        group = self.group if self.group in {g["group_id"] for g in groups} else \
+            (groups[0]["group_id"] if groups else None)
         rollouts = tuple(store.rollouts(run_id, group_id=group)) if group else ()
         subtitle = (f"iteration {it} · {total} groups · page {self.page + 1}/{pages} · "
                     "Enter opens a trajectory")

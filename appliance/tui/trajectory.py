@@ -83,7 +83,8 @@ def render(views: list[CallView], decode: Decoder | None) -> Content:
     out = [LEGEND]
     for v in views:
         mean = sum(v.logprobs) / len(v.logprobs) if v.logprobs else None
-        head = f"── call {v.seq} · {len(v.new_prompt)} new prompt + {len(v.sampled)} sampled tokens · {v.latency_s:.2f} s"
+        head = (f"── call {v.seq} · {len(v.new_prompt)} new prompt + {len(v.sampled)} sampled tokens · "
+                f"{v.latency_s:.2f} s")
         if mean is not None:
             head += f" · mean logprob {mean:.2f}"
         out += [Content(), Content.styled(head, "bold")]
@@ -157,8 +158,9 @@ class TrajectoryScreen(Screen):
         trained = sum(sum(s.mask) for s in samples)
         # the trainer logs the mean |engine - trainer| logprob over trained tokens of each step it takes
         gap = store.metric_tail(rollout.run_id, "logprob_gap_mean", 1) if rollout.run_id else []
-        summary = Content(f"{rollout.outcome or rollout.status} · reward {_num(rollout.reward)} · {rollout.turns} turns "
-                          f"· {len(calls)} calls · {len(samples)} samples ({trained} trained tokens)")
+        summary = Content(f"{rollout.outcome or rollout.status} · reward {_num(rollout.reward)} · "
+                          f"{rollout.turns} turns · {len(calls)} calls · {len(samples)} samples "
+                          f"({trained} trained tokens)")
         if gap:
             summary += f" · engine/trainer logprob gap {gap[-1][1]:.3f} (last step)"
         if rollout.error:

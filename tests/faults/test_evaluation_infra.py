@@ -92,7 +92,8 @@ def test_some_infra_errors_are_no_evidence(settings: Settings, store: Store, mon
     [(_, p)] = learning_curve(store, loop.run.id)
     assert (p.passed, p.n) == (drawn - 2, drawn - 2)  # the two infra errors count in neither
     assert store.get_run(loop.run.id).status == RunStatus.RUNNING
-    evaluate_phase.evaluate(loop.context, 0)  # redone (a crash before the phase was marked done): the two are drawn again
+    # redone (a crash before the phase was marked done): the two are drawn again
+    evaluate_phase.evaluate(loop.context, 0)
     assert len(machine.ran) == drawn + 2
     [(_, p)] = learning_curve(store, loop.run.id)
     assert (p.passed, p.n) == (drawn, drawn)

@@ -47,8 +47,8 @@ def test_the_practise_phase_draws_more_for_groups_without_signal_and_resumes_a_c
     tasks = []
     for name in ("t1", "t2", "t3"):
         task = Task(f"{loop.run.id}.{name}", loop.run.id, "files", 1, "synthetic", Split.TRAIN, TaskStatus.VALID,
-                    {"id": name, "family": "files", "difficulty": 1, "instruction": "x", "verify": "true", "solution": "true",
-                     "meta": {"iteration": 1}}, iteration=1)
+                    {"id": name, "family": "files", "difficulty": 1, "instruction": "x", "verify": "true",
+                     "solution": "true", "meta": {"iteration": 1}}, iteration=1)
         store.add_task(task)
         tasks.append(task)
     practise_phase.draw_more(loop.context, 1, tasks)  # nothing drawn yet: every group is empty, so nothing to add

@@ -97,8 +97,8 @@ def test_sigkill_in_every_phase_then_the_run_completes(sandbox_settings: Setting
     assert len([c for c in store.checkpoints(run.id) if c.iteration == 1]) <= 1
     state, version, _ = store.engine_state()
     assert state == EngineState.STOPPED
-    left = subprocess.run(["podman", "ps", "-aq", "--filter", "label=appliance.sandbox"], capture_output=True, text=True,
-                          env=podman_env(settings)).stdout.split()
+    left = subprocess.run(["podman", "ps", "-aq", "--filter", "label=appliance.sandbox"], capture_output=True,
+                          text=True, env=podman_env(settings)).stdout.split()
     assert left == []
     engines = subprocess.run(["pgrep", "-f", f"--port {env['APPLIANCE_ENGINE__PORT']}"], capture_output=True, text=True)
     assert engines.stdout.strip() == ""

@@ -27,7 +27,8 @@ def loop(settings: Settings, store: Store) -> Loop:
     settings.loop.iterations = 1
     settings.loop.families = ["files"]
     practice = SimpleNamespace(stopping=threading.Event())  # the recorders use no sandbox and no proxy
-    return Loop(settings, store, FakeEngine(), practice, log=lambda _: None, phases=RecordedPhases())  # type: ignore[arg-type]
+    return Loop(settings, store, FakeEngine(), practice,  # type: ignore[arg-type]
+                log=lambda _: None, phases=RecordedPhases())
 
 
 def ticks(loop: Loop, n: int = 100) -> list[bool]:

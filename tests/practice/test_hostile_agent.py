@@ -27,7 +27,8 @@ JSON_TASK = TaskSpec(id="json-1", family="pyfix", difficulty=1, instruction="Wri
 
 
 def labelled(settings: Settings) -> set[str]:
-    return set(podman(settings, "ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}").stdout.decode().split())
+    return set(podman(settings, "ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}")
+               .stdout.decode().split())
 
 
 def test_hostile_agents_fail_on_their_own(practice: Practice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -70,7 +71,8 @@ def test_hostile_agents_fail_on_their_own(practice: Practice, tmp_path: Path, mo
                          verify='test "$(bash run.sh)" = ok\n', solution="echo 'echo ok' > run.sh\n",
                          limits=Limits(verifier_timeout_s=3.0))  # the task's own verifier limit
     hang = attempt(practice, loop_task, "echo 'while :; do :; done' > run.sh")
-    assert hang.rollout.outcome == Outcome.FAILURE and hang.rollout.error.startswith("verifier_timeout"), hang.rollout.error
+    assert hang.rollout.outcome == Outcome.FAILURE and hang.rollout.error.startswith("verifier_timeout"), \
+        hang.rollout.error
 
     assert labelled(settings) == before  # nothing left running
     assert not list((settings.home / "workspaces").iterdir())

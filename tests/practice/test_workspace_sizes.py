@@ -46,7 +46,8 @@ def test_a_workspace_of_any_size_arrives_as_written(sandbox_settings: Settings, 
     try:
         for command, outcome in (("touch done.txt", Outcome.SUCCESS), ("ls", Outcome.FAILURE)):
             practice.client_transport = ScriptedPolicy([f"```bash\n{command}\n```", "DONE"]).transport
-            r = run_rollout(practice, spec, new_rollout(store, harness="builtin", policy_version=0, group_id="g")).rollout
+            r = run_rollout(practice, spec,
+                            new_rollout(store, harness="builtin", policy_version=0, group_id="g")).rollout
             assert r.outcome == outcome, r.error
     finally:
         store.close()

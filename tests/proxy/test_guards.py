@@ -70,7 +70,8 @@ def standin_app(engine: StandIn) -> Starlette:
                                  **({"message": {"role": "assistant", "content": "ab"},
                                      "logprobs": {"content": [{"token": "a", "logprob": -0.5},
                                                               {"token": "b", "logprob": -0.25}]}} if chat else
-                                    {"text": "ab", "logprobs": {"token_logprobs": [-0.5, -0.25], "tokens": ["a", "b"]}})}]})
+                                    {"text": "ab", "logprobs": {"token_logprobs": [-0.5, -0.25],
+                                                                "tokens": ["a", "b"]}})}]})
 
     return Starlette(routes=[StarletteRoute("/v1/chat/completions", answer, methods=["POST"]),
                              StarletteRoute("/v1/completions", answer, methods=["POST"])])

@@ -50,7 +50,8 @@ def test_door_reaches_the_proxy_and_egress_stays_closed(sandbox_settings: Settin
     with Sandbox.start(sandbox_settings, door=door) as sb:
         out = curl(sb, f"/r/{TOKEN_A}/v1/models")
         assert out.endswith(" 200") and f'"route": "{TOKEN_A}"' in out
-        big = sb.exec(f"python3 -c \"import urllib.request as u; print(len(u.urlopen('http://127.0.0.1:{DOOR_PORT}/r/{TOKEN_A}/' + 'x' * 5000).read()))\"")
+        big = sb.exec("python3 -c \"import urllib.request as u; "
+                      f"print(len(u.urlopen('http://127.0.0.1:{DOOR_PORT}/r/{TOKEN_A}/' + 'x' * 5000).read()))\"")
         assert big.exit_code == 0 and int(big.stdout) > 5000
         r = sb.exec("python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 80), timeout=5)'")
         assert "Network is unreachable" in r.stderr

@@ -40,7 +40,8 @@ def labelled(settings: Settings) -> list[str]:
 
 
 def start_owner(settings: Settings) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-c", OWNER, settings.model_dump_json()], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", OWNER, settings.model_dump_json()], stdout=subprocess.PIPE,
+                            text=True)
     assert proc.stdout
     name = proc.stdout.readline().strip()
     assert name in labelled(settings)

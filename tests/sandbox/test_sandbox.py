@@ -188,7 +188,8 @@ def test_no_user_namespaces_and_a_bounded_workspace(sb: Sandbox, sandbox_setting
 def test_scrub_leaves_a_sandbox_as_clean_as_a_new_one(sb: Sandbox) -> None:
     made = sb.exec("(setsid bash -c 'exec -a sleep sleep 1000' &); (exec -a 'sleep infinity' sleep 1000 &); "
             "echo x > /dev/shm/m; echo x > /tmp/m; echo x > ~/.m; mkdir -p /workspace/d; chmod 000 /workspace/d; "
-            "ipcmk -Q >/dev/null; python3 -c 'import ctypes; ctypes.CDLL(\"librt.so.1\").mq_open(b\"/q\", 0o102, 0o600, None)'; "
+            "ipcmk -Q >/dev/null; "
+            "python3 -c 'import ctypes; ctypes.CDLL(\"librt.so.1\").mq_open(b\"/q\", 0o102, 0o600, None)'; "
             "ls /dev/mqueue", timeout=10)
     assert made.stdout.split() == ["q"], made  # a POSIX message queue exists
     sh = sb.shell()
@@ -199,7 +200,8 @@ def test_scrub_leaves_a_sandbox_as_clean_as_a_new_one(sb: Sandbox) -> None:
     assert sorted(pids.split()) == sorted(["1", shell.strip()]), r.stdout  # the reaper and the shell
     r = sh.run("ls -A /workspace /tmp ~ /dev/shm /dev/mqueue; ipcs -q | grep -c 0x")
     lines = r.stdout.split()
-    assert "m" not in lines and ".m" not in lines and "d" not in lines and "q" not in lines and lines[-1] == "0", r.stdout
+    assert "m" not in lines and ".m" not in lines and "d" not in lines and "q" not in lines and lines[-1] == "0", \
+        r.stdout
 
 
 def test_doctor_reports_the_isolation_mechanism(sandbox_settings: Settings) -> None:

@@ -38,7 +38,8 @@ def test_a_new_model_is_refused_then_switched_to_served_and_exported(tmp_path: P
     home = tmp_path / "home"
     env = {"APPLIANCE_HOME": str(home), "APPLIANCE_ENGINE__PORT": str(free_port()),
            "APPLIANCE_ENGINE__MAX_MODEL_LEN": "2048", "APPLIANCE_ENGINE__STARTUP_TIMEOUT_S": "900"}
-    old_env, new_env = {**env, "APPLIANCE_ENGINE__MODEL": str(tiny_model)}, {**env, "APPLIANCE_ENGINE__MODEL": str(other)}
+    old_env, new_env = ({**env, "APPLIANCE_ENGINE__MODEL": str(tiny_model)},
+                        {**env, "APPLIANCE_ENGINE__MODEL": str(other)})
     store = Store(load_settings(environ=old_env).db_path)
     # A used data directory: what the engine's starts on the tiny model recorded, a LoRA version on top.
     check_base(store, tiny_model)

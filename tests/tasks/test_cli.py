@@ -56,7 +56,8 @@ def test_user_mistakes_are_explained(env: dict[str, str]) -> None:
 def test_validate_a_user_task(sandbox_settings: Settings, tmp_path: Path) -> None:
     env = {"APPLIANCE_HOME": str(sandbox_settings.home),
            "APPLIANCE_PODMAN__GRAPHROOT": str(sandbox_settings.podman_graphroot),
-           "APPLIANCE_PODMAN__ADDITIONAL_IMAGE_STORES": json.dumps([str(p) for p in sandbox_settings.podman.additional_image_stores])}
+           "APPLIANCE_PODMAN__ADDITIONAL_IMAGE_STORES": json.dumps(
+               [str(p) for p in sandbox_settings.podman.additional_image_stores])}
     run(["tasks", "synth", "--family", "text", "--level", "2", "-n", "1", "--out", str(tmp_path)], env)
     task = next(tmp_path.iterdir())
     r = run(["tasks", "validate", str(task), "--json"], env)

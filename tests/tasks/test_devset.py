@@ -124,5 +124,6 @@ def test_the_store_refuses_training_on_the_dev_set(store) -> None:
     with pytest.raises(sqlite3.IntegrityError, match="dev-set"):
         with store.write() as c:
             c.execute("INSERT INTO demonstrations (run_id, task_id, family, difficulty, origin, digest, messages,"
-                      " token_ids, mask, created_at) VALUES ('r1', ?, 'dev-chore', 2, 'reference', 'd', '[]', x'', x'', 0)",
+                      " token_ids, mask, created_at)"
+                      " VALUES ('r1', ?, 'dev-chore', 2, 'reference', 'd', '[]', x'', x'', 0)",
                       (dev[0],))

@@ -31,7 +31,8 @@ def test_every_phrasing_renders_with_its_facts() -> None:
     for o in all_ops():
         for i in range(len(o.phrasings)):
             spec = render(o, i, max(o.levels), random.Random(f"{o.name}:{i}"))
-            assert "{" not in spec.instruction.split("\n")[0] or "{" in o.phrasings[i].replace("{", ""), spec.instruction
+            assert "{" not in spec.instruction.split("\n")[0] or "{" in o.phrasings[i].replace("{", ""), \
+                spec.instruction
             assert spec.meta["operation"] == o.name and spec.meta["phrasing"] == i
 
 
@@ -98,7 +99,8 @@ def test_generic_traps_do_what_they_say() -> None:
             elif trap == "missing-dir":
                 assert spec.solution.startswith("mkdir -p "), o.name
             if trap in ("gzip", "missing-dir"):  # the obvious attempt is the solution without the trap's fix
-                assert spec.meta["first_attempt"] and spec.solution.rstrip().endswith(spec.meta["first_attempt"].rstrip()), o.name
+                assert spec.meta["first_attempt"] \
+                    and spec.solution.rstrip().endswith(spec.meta["first_attempt"].rstrip()), o.name
             if trap == "spaces" and "first_attempt" in spec.meta:
                 spaced = next(p for p in spec.files if " " in p)
                 quoted = shlex.quote(spaced)  # the attempt leaves out the quotes the solution has

@@ -18,7 +18,9 @@ def sample_spec() -> TaskSpec:
     return TaskSpec(id="hello-1", family="files", difficulty=1, instruction="Run this command: echo hi > a.txt",
                     verify="test \"$(cat a.txt)\" = hi\n", solution="echo hi > a.txt\n",
                     files={"tests/keep.txt": "keep me\n", "b.txt": "b\n"}, setup="echo s > s.txt\n",
-                    protected=["tests/keep.txt"], limits=Limits(max_turns=3, command_timeout_s=10.0, setup_timeout_s=20.0, verifier_timeout_s=5.0), meta={"seed": "1"})
+                    protected=["tests/keep.txt"],
+                    limits=Limits(max_turns=3, command_timeout_s=10.0, setup_timeout_s=20.0, verifier_timeout_s=5.0),
+                    meta={"seed": "1"})
 
 
 @pytest.mark.parametrize("form", ["dir", "file"])

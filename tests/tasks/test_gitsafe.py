@@ -35,7 +35,8 @@ def test_each_program_key_is_dropped_and_named(section: str, sub: str | None, ke
 
 
 def test_odd_spellings_do_not_smuggle_a_key_through() -> None:
-    text = ('[core] fsmonitor = /evil\n[diff.x] textconv = 1\n[ALIAS]\n\tst = !evil\n[diff "y"]\n\ttextconv = a \\\n b\n'
+    text = ('[core] fsmonitor = /evil\n[diff.x] textconv = 1\n[ALIAS]\n\tst = !evil\n'
+            '[diff "y"]\n\ttextconv = a \\\n b\n'
             "[remote \"o\"]\n\turl = /r\n")
     clean, dropped = sanitize_config(text)
     assert "evil" not in clean and "textconv" not in clean and " b" not in clean, clean
@@ -84,7 +85,8 @@ VERIFY = ("import os, subprocess, sys\nsubprocess.run(['git', *ARGS], cwd='repo'
 
 @pytest.mark.slow  # real Podman
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_a_planted_git_program_never_runs_in_the_verifier(sandbox_settings: Settings, tmp_path: Path, case: str) -> None:
+def test_a_planted_git_program_never_runs_in_the_verifier(sandbox_settings: Settings, tmp_path: Path,
+                                                          case: str) -> None:
     from appliance.sandbox import Sandbox
 
     configure, args = CASES[case]

@@ -32,7 +32,8 @@ def test_the_store_refuses_training_on_heldout(store: Store) -> None:
     fix_heldout(store, "r1", heldout_tasks(["text"], [2], n=2))
     train = synthesize("text", 2, 2)
     for s in train:
-        store.add_task(Task(s.id, "r1", s.family, s.difficulty, s.source, Split.TRAIN, TaskStatus.PROPOSED, s.to_spec()))
+        store.add_task(Task(s.id, "r1", s.family, s.difficulty, s.source, Split.TRAIN, TaskStatus.PROPOSED,
+                            s.to_spec()))
     held_ids = heldout_ids(store, "r1")
     assert {t.id for t in store.training_tasks("r1")} == {s.id for s in train}
     assert not held_ids & {t.id for t in store.training_tasks("r1")}

@@ -73,15 +73,18 @@ def test_hostile_tasks_cannot_reach_the_host_outlive_their_stage_or_crash_the_ba
         # state persistence: a background writer renamed like the sandbox's own `sleep` that would make
         # the untouched workspace pass if it survived into the verifier's stage
         "renamed-writer": task("renamed-writer", setup=(
-            "(exec -a 'sleep infinity' bash -c 'sleep 1.5; while :; do echo hi > /workspace/a.txt; sleep 0.05; done' &)\n"
+            "(exec -a 'sleep infinity' bash -c "
+            "'sleep 1.5; while :; do echo hi > /workspace/a.txt; sleep 0.05; done' &)\n"
             "(setsid bash -c 'exec -a sleep sleep 1000' &)\n")),
         # stage detection: markers setup leaves where a verifier could look for them
         "markers": task("markers", setup=(
-            "echo m > /dev/shm/validating; echo m > /tmp/validating; echo m > ~/validating; ipcmk -M 4096 >/dev/null\n"),
+            "echo m > /dev/shm/validating; echo m > /tmp/validating; echo m > ~/validating; "
+            "ipcmk -M 4096 >/dev/null\n"),
             verify=('if ls /dev/shm/validating /tmp/validating ~/validating 2>/dev/null || ipcs -m | grep -q 0x '
                     '|| pgrep -x sleep; then echo LEAK; exit 0; fi; test "$(cat a.txt)" = hi\n')),
         # crashes: a FIFO and a socket in the workspace (a FIFO used to block the validator's copy)
-        "fifo": task("fifo", setup="mkfifo pipe; python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind(\"s.sock\")'\n"),
+        "fifo": task("fifo", setup="mkfifo pipe; "
+                                   "python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind(\"s.sock\")'\n"),
         # incident: setup kills every process it can, the shell that drives the sandbox included
         "kill-all": task("kill-all", setup="kill -9 -1\n"),
         # disk: setup tries to fill the host disk through the workspace
@@ -144,7 +147,8 @@ def test_a_validator_killed_mid_run_leaves_nothing_and_the_task_is_validated_aga
         "from appliance.tasks import TaskSpec\nfrom appliance.tasks.validate import admit\n"
         "s = load_settings(environ=json.loads(sys.argv[1]))\n"
         "admit(s, Store(sys.argv[2]), [TaskSpec.from_spec(json.loads(sys.argv[3]))], run_id='r')\n")
-    env = {"APPLIANCE_HOME": str(sandbox_settings.home), "APPLIANCE_PODMAN__GRAPHROOT": str(sandbox_settings.podman_graphroot),
+    env = {"APPLIANCE_HOME": str(sandbox_settings.home),
+           "APPLIANCE_PODMAN__GRAPHROOT": str(sandbox_settings.podman_graphroot),
            "APPLIANCE_PODMAN__ADDITIONAL_IMAGE_STORES": json.dumps(
                [str(p) for p in sandbox_settings.podman.additional_image_stores]),
            "APPLIANCE_SANDBOX__MEMORY": sandbox_settings.sandbox.memory}

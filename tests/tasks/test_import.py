@@ -42,7 +42,8 @@ ENTRIES = [
 ]
 SETUP = """mkdir -p /testbed/src /testbed/logs/old
 printf 'a\\n' > /testbed/logs/app.log; printf 'b\\n' > /testbed/logs/old/app.1.log; : > /testbed/src/blank.py
-printf 'x = 1\\n' > /testbed/src/main.py; : > /testbed/src/empty.txt; printf t > /testbed/src/cache.tmp; : > /testbed/x.tmp
+printf 'x = 1\\n' > /testbed/src/main.py; : > /testbed/src/empty.txt; \
+printf t > /testbed/src/cache.tmp; : > /testbed/x.tmp
 """
 
 
@@ -63,7 +64,8 @@ def test_an_entry_is_checked_mapped_and_named_when_it_cannot_be_a_task() -> None
     assert e.setup == "mkdir q\necho hi > /workspace/a\n"
     assert e.files == {"b/c.txt": "see /workspace/a\n", "d.txt": "x"}
     for raw, says in (({"query": "q"}, "entry 7 has no gold"), ({"gold": "ls", "query": " "}, "entry 7 has no query"),
-                      (["q", "g"], "entry 7 is a list"), ({"query": "q", "gold": "g", "answer": 1}, "unknown keys: answer"),
+                      (["q", "g"], "entry 7 is a list"),
+                      ({"query": "q", "gold": "g", "answer": 1}, "unknown keys: answer"),
                       ({"query": "q", "gold": "g", "files": {"/etc/passwd": "x"}}, "not inside /testbed"),
                       ({"query": "q", "gold": "g", "files": {"../x": "x"}}, "not inside"),
                       ({"query": "q", "gold": "g", "setup": ["ls"]}, "setup must be text"),
@@ -88,7 +90,8 @@ def test_answers_match_with_whitespace_normalised_and_numbers_as_numbers() -> No
     assert same("3", "3\n") and same(" 3.0 ", "3\n") and same("There are three.\n3", "3\n")
     assert same("```\n/workspace/a\n/workspace/b\n```", "/workspace/a\n/workspace/b\n")
     assert same("/workspace/a   /workspace/b", "/workspace/a\n/workspace/b\n")
-    assert not same("4", "3\n") and not same("", "3\n") and not same("/workspace/b\n/workspace/a", "/workspace/a\n/workspace/b")
+    assert not same("4", "3\n") and not same("", "3\n") \
+        and not same("/workspace/b\n/workspace/a", "/workspace/a\n/workspace/b")
     assert not same("3 files", "3\n") and not same("1e400", "3")
 
 
@@ -144,7 +147,8 @@ def test_the_verifier_compares_the_answer_and_every_path_and_hash(tmp_path: Path
 # --- in real sandboxes -------------------------------------------------------------------------------
 def _env(settings: Settings) -> dict[str, str]:
     return {"APPLIANCE_HOME": str(settings.home), "APPLIANCE_PODMAN__GRAPHROOT": str(settings.podman_graphroot),
-            "APPLIANCE_PODMAN__ADDITIONAL_IMAGE_STORES": json.dumps([str(p) for p in settings.podman.additional_image_stores])}
+            "APPLIANCE_PODMAN__ADDITIONAL_IMAGE_STORES": json.dumps(
+                [str(p) for p in settings.podman.additional_image_stores])}
 
 
 @pytest.mark.slow  # real Podman

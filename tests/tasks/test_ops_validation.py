@@ -36,7 +36,8 @@ def test_every_operation_and_trap_passes_validation(sandbox_settings: Settings) 
     specs = op_samples()
     results = v.validate_many(sandbox_settings, specs, parallel=3)
     print(f"{len(specs)} tasks from {len(all_ops())} operations validated")
-    bad = [(s.meta["operation"], s.meta.get("trap"), s.difficulty, r.reason) for s, r in zip(specs, results, strict=True)
+    bad = [(s.meta["operation"], s.meta.get("trap"), s.difficulty, r.reason)
+           for s, r in zip(specs, results, strict=True)
            if not r.ok]
     assert bad == []
 

@@ -99,7 +99,7 @@ def test_only_valid_proposals_enter_the_pool(sandbox_settings: Settings, store: 
     assert REFERENCE_FAILS in verdicts["Write hello into h.txt"][1]
     assert verdicts["Do nothing at all."][1] == UNTOUCHED_PASSES
     pool = store.training_tasks("r1", status=TaskStatus.VALID)
-    assert sorted(t.spec["instruction"] for t in pool) == ["Count the lines of data.txt and write the number into n.txt.",
-                                                          "Make a directory named box."]
+    assert sorted(t.spec["instruction"] for t in pool) == [
+        "Count the lines of data.txt and write the number into n.txt.", "Make a directory named box."]
     assert all(t.source == "self_proposed" and t.split == Split.TRAIN for t in pool)
     assert len(store.tasks("r1", status=TaskStatus.REJECTED)) == 2

@@ -37,7 +37,8 @@ def trained(tmp_path: Path, tiny_model: Path):
     store.add_metrics(run.id, 1, {"loss": 0.3})
     store.add_policy_version(1, 0, "lora", str(adapter))
     store.set_engine_state(EngineState.STOPPED, policy_version=1, force=True,
-                           weights=json.dumps({"full": str(tiny_model), "lora": str(adapter), "adapter_name": "policy-v1"}))
+                           weights=json.dumps({"full": str(tiny_model), "lora": str(adapter),
+                                               "adapter_name": "policy-v1"}))
     store.add_checkpoint(Checkpoint(run.id, 1, 1, "lora", str(adapter), {"global_step": 1}))
     store.set_eval(run.id, 1, 1, "files", 1, 8, 5)
     yield settings, store, adapter

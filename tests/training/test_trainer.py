@@ -25,7 +25,8 @@ def group(trainer: PolicyTrainer, rewards: list[float | None], *, seed: int = 0,
         outcome = Outcome.INFRA_ERROR if r is None else (Outcome.SUCCESS if r > 0 else Outcome.FAILURE)
         rollouts.append(Rollout(f"r{i}", "run", "t", "g", 0, "builtin", 0, RolloutStatus.FINISHED,
                                 outcome=outcome, reward=r or 0.0))
-        samples.append(Sample(f"r{i}", "g", 0, [rng.randrange(2, 2000) for _ in MASK], list(MASK), [0.0] * len(MASK), 0))
+        samples.append(Sample(f"r{i}", "g", 0, [rng.randrange(2, 2000) for _ in MASK], list(MASK),
+                              [0.0] * len(MASK), 0))
     for s, lp in zip(samples, trainer.logps(samples), strict=True):
         s.logprobs = [(v + engine_noise) if m else 0.0 for v, m in zip(lp, s.mask, strict=True)]
     return rollouts, samples

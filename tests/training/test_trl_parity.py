@@ -22,7 +22,8 @@ def trl_trainer(model, tokenizer, loss_type: str, beta: float, output_dir):
 
     level = "sequence" if loss_type == "gspo" else "token"
     args = GRPOConfig(output_dir=str(output_dir), per_device_train_batch_size=2, num_generations=2,
-                      max_completion_length=C, use_cpu=True, bf16=False, report_to=[], beta=beta, epsilon=0.2, epsilon_high=0.28,
+                      max_completion_length=C, use_cpu=True, bf16=False, report_to=[], beta=beta,
+                      epsilon=0.2, epsilon_high=0.28,
                       loss_type="grpo" if loss_type == "gspo" else loss_type, importance_sampling_level=level)
     trainer = GRPOTrainer(model=model, reward_funcs=[lambda completions, **_: [0.0] * len(completions)], args=args,
                           train_dataset=Dataset.from_dict({"prompt": ["a", "b"]}), processing_class=tokenizer)

@@ -67,8 +67,8 @@ def _pgid_alive(pgid: int) -> bool:
 def test_run_opens_the_tui_and_tui_steers_the_headless_run(sandbox_settings: Settings, tiny_model: Path,
                                                            tmp_path: Path, tmux) -> None:
     home = tmp_path / "home"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")} | small_run_env(sandbox_settings, home,
-                                                                                       tiny_model)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")} \
+        | small_run_env(sandbox_settings, home, tiny_model)
     settings = load_settings(environ=env)
     run_rc, tui_rc = tmp_path / "run.rc", tmp_path / "tui.rc"
     tmux("new-session", "-d", "-s", "run", "-x", "80", "-y", "24",
@@ -169,8 +169,8 @@ def test_sigterm_closes_the_run_tui_and_stops_the_run(sandbox_settings: Settings
     """`kill` (a service manager stopping the appliance) while the run's TUI is open and rollouts run: the
     TUI closes, the terminal is the shell's again, and nothing is left running."""
     home = tmp_path / "home"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")} | small_run_env(sandbox_settings, home,
-                                                                                       tiny_model)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")} \
+        | small_run_env(sandbox_settings, home, tiny_model)
     settings = load_settings(environ=env)
     rc = tmp_path / "run.rc"
     tmux("new-session", "-d", "-s", "run", "-x", "80", "-y", "24",

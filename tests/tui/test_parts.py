@@ -59,7 +59,8 @@ def test_phase_timeline_durations_current_and_future() -> None:
               Event("phase", "validate", "r", {"iteration": 0}, created_at=140.0),
               Event("phase", "practise", "r", {"iteration": 0}, created_at=205.0)]
     line = phase_timeline(it, events, now=215.0)
-    assert line.markup.startswith("synthesize 40s › validate 1m05s › [reverse] practise 10s [/reverse] › [dim]train[/dim]")
+    assert line.markup.startswith("synthesize 40s › validate 1m05s › [reverse] practise 10s [/reverse] › "
+                                  "[dim]train[/dim]")
 
 
 def test_a_finished_phase_keeps_its_duration_while_the_loop_waits() -> None:

@@ -19,7 +19,8 @@ CONSTANTS = [
      "    return 0 if total >= FREE_SHIPPING_FROM else SHIPPING_CENTS", "shipping(FREE_SHIPPING_FROM)", lambda g: 0),
     ("SESSION_MINUTES", "# idle time before logout", 30, -15, "people get logged out after {bad} minutes idle instead "
      "of {good}", "def session_seconds():\n    return SESSION_MINUTES * 60", "session_seconds()", lambda g: g * 60),
-    ("MAX_ITEMS", "# per order", 20, -10, "the cart stops taking items at {bad}, but {good} items per order are allowed",
+    ("MAX_ITEMS", "# per order", 20, -10, "the cart stops taking items at {bad}, but {good} items per order are "
+     "allowed",
      "def can_add(count):\n    \"\"\"Whether a cart holding `count` items may take one more.\"\"\"\n"
      "    return count < MAX_ITEMS", "can_add(MAX_ITEMS - 1)", lambda g: True),
 ]
@@ -37,7 +38,8 @@ def _constant(c: Ctx) -> Case:
     picked = c.pick(CONSTANTS)
     name, comment, good, off, symptom, _, call, value = picked
     bad = good + off
-    lines = [f'"""Business rules for the {c.pick(["online shop", "web store", "staff portal"])}. Reviewed {c.pick(["weekly", "monthly"])}."""', ""]
+    lines = [f'"""Business rules for the {c.pick(["online shop", "web store", "staff portal"])}. '
+             f'Reviewed {c.pick(["weekly", "monthly"])}."""', ""]
     consts = [(n, cm, g if n != name else bad) for n, cm, g, *_ in CONSTANTS] + [("SHIPPING_CENTS", "# flat rate", 495)]
     lines += [f"{n} = {v}  {cm}" for n, cm, v in consts]
     for *_, fn, _c, _v in CONSTANTS:
@@ -56,10 +58,12 @@ COMPARISONS = [
     ("def can_vote(age):\n    \"\"\"Whether a person of this age may vote.\"\"\"\n    return age {op} {n}", ">=", ">",
      "people who are exactly {n} are told they cannot vote, but {n} is old enough",
      lambda n: [(f"can_vote({n})", True), (f"can_vote({n - 1})", False), (f"can_vote({n + 5})", True)], (16, 21)),
-    ("def strong_enough(password):\n    # the policy: at least {n} characters\n    return len(password) {op} {n}", ">=", ">",
+    ("def strong_enough(password):\n    # the policy: at least {n} characters\n"
+     "    return len(password) {op} {n}", ">=", ">",
      "a password of exactly {n} characters is rejected, though the policy says at least {n}",
      lambda n: [(f"strong_enough('x' * {n})", True), (f"strong_enough('x' * {n - 1})", False)], (8, 16)),
-    ("def is_late(minutes):\n    \"\"\"Late means more than {n} minutes after the start.\"\"\"\n    return minutes {op} {n}", ">", ">=",
+    ("def is_late(minutes):\n    \"\"\"Late means more than {n} minutes after the start.\"\"\"\n"
+     "    return minutes {op} {n}", ">", ">=",
      "someone arriving exactly {n} minutes after the start is marked late, but only more than {n} counts",
      lambda n: [(f"is_late({n})", False), (f"is_late({n + 1})", True), ("is_late(0)", False)], (3, 15)),
     ("def in_stock(count):\n    return count {op} {n}", ">=", ">",
@@ -94,7 +98,8 @@ def _comparison(c: Ctx) -> Case:
 
 # (the good line, the typo'd line, what bash says about it)
 TYPOS = [('echo "Order summary for $DAY"', 'ehco "Order summary for $DAY"', "ehco: command not found"),
-         ("echo \"failed: $(grep -c FAILED \"$LOG\")\"", "echo \"failed: $(grpe -c FAILED \"$LOG\")\"", "grpe: command not found"),
+         ("echo \"failed: $(grep -c FAILED \"$LOG\")\"", "echo \"failed: $(grpe -c FAILED \"$LOG\")\"",
+          "grpe: command not found"),
          ('echo "log: $LOG"', 'echo "log: $LGO"', "LGO: unbound variable"),
          ("echo \"total: $(wc -l < \"$LOG\")\"", "echo \"total: $(wc -l < \"$LGO\")\"", "LGO: unbound variable")]
 
@@ -111,8 +116,10 @@ def _typo(c: Ctx) -> Case:
     log = c.pick(["orders.log", "today.log"])
     good, bad, err = c.pick(TYPOS)
     rows = [f"order {1000 + i} {c.pick(['OK', 'OK', 'FAILED'])}" for i in range(c.rng.randint(4, 9))]
-    body = ["#!/bin/bash", f"# Summarise the orders (cron, {c.pick(['18:00', '23:30', '06:15'])}); owner: {c.pick(['dana', 'lee', 'sam'])}",
-            "set -eu", f'LOG="{log}"', f"DAY={c.pick(['Monday', 'Friday', 'today'])}", "", *(t[0] for t in TYPOS), 'echo "done"']
+    body = ["#!/bin/bash", f"# Summarise the orders (cron, {c.pick(['18:00', '23:30', '06:15'])}); "
+                           f"owner: {c.pick(['dana', 'lee', 'sam'])}",
+            "set -eu", f'LOG="{log}"', f"DAY={c.pick(['Monday', 'Friday', 'today'])}", "",
+            *(t[0] for t in TYPOS), 'echo "done"']
     idx = body.index(good)
     lines = body[:idx] + [bad] + body[idx + 1:]
     day = body[4].split("=", 1)[1]

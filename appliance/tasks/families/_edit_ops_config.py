@@ -25,19 +25,22 @@ def _ini(c: Ctx) -> Case:
                 ("metrics", [("enabled", c.pick(["true", "false"])), ("port", str(nums[1]))]),
                 ("database", [("host", c.pick(["db.internal", "10.0.3.7"])), ("port", str(nums[2])),
                               ("pool_size", str(c.rng.randint(11, 40)))])]
-    lines = [f"; {c.pick(WORDS)} service - deployed by the platform team", f"; last reviewed {c.pick(['March', 'May', 'June'])}"]
+    lines = [f"; {c.pick(WORDS)} service - deployed by the platform team",
+             f"; last reviewed {c.pick(['March', 'May', 'June'])}"]
     for sec, kvs in sections:
         lines += ["", f"[{sec}]"] + [f"{k} = {v}" for k, v in kvs]
         if sec == "server":
             lines.append(f";port = {c.rng.randint(80, 90)}  (the old one)")
     sec, key, what = c.pick([("server", "port", "the web server's port"), ("metrics", "port", "the metrics port"),
-                             ("database", "port", "the database port"), ("database", "pool_size", "the database pool size"),
+                             ("database", "port", "the database port"),
+                             ("database", "pool_size", "the database pool size"),
                              ("server", "workers", "the number of server workers")])
     old = dict(dict(sections)[sec])[key]
     new = str(nums[3] if key == "port" else int(old) * 2)
     idx = lines.index(f"[{sec}]") + 1 + [k for k, _ in dict(sections)[sec]].index(key)
     verify = one_line(src, text_of(lines), idx, rf"{key}\s*=\s*{new}\s*", f"{what} should be {new}")
-    return Case({src: text_of(lines)}, verify, f"sed -i '/^\\[{sec}\\]/,/^\\[/ s/^{key} = {old}$/{key} = {new}/' {q(src)}",
+    return Case({src: text_of(lines)}, verify,
+                f"sed -i '/^\\[{sec}\\]/,/^\\[/ s/^{key} = {old}$/{key} = {new}/' {q(src)}",
                 dict(src=src, what=what, old=old, new=new))
 
 
@@ -50,21 +53,25 @@ def _ini(c: Ctx) -> Case:
 ])
 def _yaml(c: Ctx) -> Case:
     src = c.src("yaml", ["web", "deploy", "service", "values"])
-    svc, tag, port = c.pick(["web", "api", "shop", "worker"]), f"1.{c.rng.randint(0, 9)}.{c.rng.randint(0, 9)}", c.rng.randint(8000, 8099)
+    svc, tag, port = (c.pick(["web", "api", "shop", "worker"]), f"1.{c.rng.randint(0, 9)}.{c.rng.randint(0, 9)}",
+                      c.rng.randint(8000, 8099))
     reps, mem = c.rng.randint(1, 4), c.pick([128, 256, 384])
     lines = [f"# {svc} service - managed by the platform team", f"service: {svc}", f"image: registry.local/{svc}:{tag}",
              f"replicas: {reps}", "resources:", "  cpu: 500m", f"  memory: {mem}Mi", "env:", "  LOG_LEVEL: info",
              f"  API_URL: http://api.internal:{port}", "healthcheck:", "  path: /healthz", f"  port: {port}"]
     major, minor, patch = tag.split(".")
-    choices = [("the image tag", 2, f"image: registry.local/{svc}:{major}.{minor}.{int(patch) + 1}", tag, f"{major}.{minor}.{int(patch) + 1}"),
+    choices = [("the image tag", 2, f"image: registry.local/{svc}:{major}.{minor}.{int(patch) + 1}", tag,
+                f"{major}.{minor}.{int(patch) + 1}"),
                ("the number of replicas", 3, f"replicas: {reps + 2}", str(reps), str(reps + 2)),
                ("the memory limit", 6, f"  memory: {mem * 2}Mi", f"{mem}Mi", f"{mem * 2}Mi"),
                ("the log level", 8, "  LOG_LEVEL: warn", "info", "warn"),
                ("the health check's port", 12, f"  port: {port + 1000}", str(port), str(port + 1000))]
     what, idx, new_line, old, new = c.pick(choices)
     key, _, value = new_line.partition(": ")
-    verify = one_line(src, text_of(lines), idx, re.escape(key) + r":\s*" + re.escape(value) + r"\s*", f"{what} should be {new}")
-    return Case({src: text_of(lines)}, verify, sed_line(lines[idx], new_line, src), dict(src=src, what=what, old=old, new=new))
+    verify = one_line(src, text_of(lines), idx, re.escape(key) + r":\s*" + re.escape(value) + r"\s*",
+                      f"{what} should be {new}")
+    return Case({src: text_of(lines)}, verify, sed_line(lines[idx], new_line, src),
+                dict(src=src, what=what, old=old, new=new))
 
 
 @op("edit", "edit-json-value", (2, 3, 4), "GNU sed on one line of a JSON file (or jq, keeping its layout)", "sed -i", [
@@ -83,7 +90,8 @@ def _json(c: Ctx) -> Case:
     pick = c.pick([("the server port", ["server", "port"], data["server"]["port"] + 1000, "nothing can connect"),
                    ("the retry count", ["retries"], data["retries"] + 3, "jobs give up too early"),
                    ("the beta signup switch", ["features", "beta_signup"], False, "strangers can sign up for the beta"),
-                   ("the version", ["version"], data["version"][:-1] + str(int(data["version"][-1]) + 1), "the release is labelled wrong")])
+                   ("the version", ["version"], data["version"][:-1] + str(int(data["version"][-1]) + 1),
+                    "the release is labelled wrong")])
     what, path, new_value, symptom = pick
     want = json.loads(json.dumps(data))
     node = want
@@ -97,7 +105,9 @@ def _json(c: Ctx) -> Case:
     indent, _, rest = new_line.partition(f'"{path[-1]}": ')
     pattern = re.escape(f'{indent}"{path[-1]}":') + r"\s*" + re.escape(rest) + r"\s*"
     verify = (one_line(src, before, idx, pattern, f"{what} should be {json.dumps(new_value)}") + "\n"
-              f"try:\n    _data = json.loads(read({src!r}) or '')\nexcept ValueError as e:\n    _data = 'not JSON: ' + str(e)\n"
-              f"check(_data == {want!r}, {src!r} + ' should parse to ' + repr({want!r})[:300] + ', parses to ' + repr(_data)[:300])")
+              f"try:\n    _data = json.loads(read({src!r}) or '')\nexcept ValueError as e:\n"
+              "    _data = 'not JSON: ' + str(e)\n"
+              f"check(_data == {want!r}, {src!r} + ' should parse to ' + repr({want!r})[:300]"
+              " + ', parses to ' + repr(_data)[:300])")
     return Case({src: before}, verify, sed_line(old_line, new_line, src),
                 dict(src=src, what=what, old=json.dumps(old_value), new=json.dumps(new_value), symptom=symptom))

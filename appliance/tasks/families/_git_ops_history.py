@@ -27,11 +27,14 @@ def _count(n: int, why: str) -> str:
 
 def _at(rev: str, path: str, text: str) -> str:
     return (f"check(git('show', {rev + ':' + path!r}) == {text.strip()!r}, "
-            f"{path!r} + ' in {rev} should be ' + repr({text.strip()!r})[:120] + ', is ' + repr(git('show', {rev + ':' + path!r}))[:120])")
+            f"{path!r} + ' in {rev} should be ' + repr({text.strip()!r})[:120]"
+            f" + ', is ' + repr(git('show', {rev + ':' + path!r}))[:120])")
 
 
-FORGOTTEN = [("login.html", "login.css", "Add the login page"), ("report.py", "test_report.py", "Add the monthly report"),
-             ("invoice.tex", "logo.txt", "Add the invoice template"), ("deploy.sh", "deploy.env", "Add the deploy script"),
+FORGOTTEN = [("login.html", "login.css", "Add the login page"),
+             ("report.py", "test_report.py", "Add the monthly report"),
+             ("invoice.tex", "logo.txt", "Add the invoice template"),
+             ("deploy.sh", "deploy.env", "Add the deploy script"),
              ("parser.c", "parser.h", "Add the config parser")]
 
 
@@ -56,7 +59,8 @@ def _amend_add(c: Ctx) -> Case:
         f"check(git('log', '-1', '--format=%s') == {msg!r}, 'the last commit should keep its message ' + {msg!r})",
         _at("HEAD", forgot, files[forgot]), _at("HEAD", main, files[main]),
         f"check(git('ls-files', {scratch!r}) == '', {scratch!r} + ' should stay untracked')",
-        f"check(git('status', '--porcelain', '--', {forgot!r}) == '', {forgot!r} + ' should have nothing uncommitted')"])
+        (f"check(git('status', '--porcelain', '--', {forgot!r}) == '', "
+         f"{forgot!r} + ' should have nothing uncommitted')")])
     return Case(files, verify, f"git add {q(forgot)}\ngit commit -q --amend --no-edit",
                 dict(main=main, forgot=forgot, msg=msg, scratch=scratch), setup=setup)
 
@@ -80,7 +84,8 @@ SETTINGS = [("timeout", "30", "5", "Lower the upload timeout to 5 seconds", "lar
 def _revert(c: Ctx) -> Case:
     key, good, bad_value, bad, symptom = c.pick(SETTINGS)
     cfg = c.pick(["settings.ini", "server.conf", "app.cfg"])
-    others = [k for k in ("host = 0.0.0.0", "port = 8000", "max_body_mb = 20", "region = eu-west") if c.rng.random() < 0.8]
+    others = [k for k in ("host = 0.0.0.0", "port = 8000", "max_body_mb = 20", "region = eu-west")
+              if c.rng.random() < 0.8]
     lines = [f"# {c.pick(WORDS)} service settings", f"{key} = {good}", *others]
     c3, c4 = "Document the retry policy", c.pick(["Log the upload size", "Add a health check", "Tidy imports"])
     readme, app = f"# {c.pick(WORDS)}\n\n{sentence(c.rng)}\n", "import os\n\nprint('starting')\n"
@@ -93,7 +98,8 @@ def _revert(c: Ctx) -> Case:
     final = text_of(lines + [retry])
     verify = GIT_PRELUDE + "\n".join([
         _count(5, "one new commit undoes it; no commit is removed"),
-        f"check(git('log', '-1', '--skip=1', '--format=%s') == {c4!r}, 'the commit before HEAD should still be ' + {c4!r})",
+        (f"check(git('log', '-1', '--skip=1', '--format=%s') == {c4!r}, "
+         f"'the commit before HEAD should still be ' + {c4!r})"),
         f"text_is({cfg!r}, {final!r})", _at("HEAD", cfg, final), _at("HEAD", "README.md", readme + note + "\n"),
         _at("HEAD", "app.py", app + extra + "\n"), _clean()])
     return Case(files, verify, f"git revert --no-edit $(git log --format=%H -F --grep={q(bad)} -n 1)",
@@ -105,7 +111,8 @@ FIXES = [("pager.py", ["def page(items, start, size):", "    end = start + size 
           "    end = start + size", "Fix off-by-one in pagination"),
          ("units.py", ["def to_celsius(f):", "    return (f - 32) * 9 / 5"], 1, "    return (f - 32) * 5 / 9",
           "Fix the Fahrenheit conversion"),
-         ("greet.sh", ["#!/bin/sh", "echo \"Hello, $USR\""], 1, "echo \"Hello, $USER\"", "Fix the greeting's variable name")]
+         ("greet.sh", ["#!/bin/sh", "echo \"Hello, $USR\""], 1, "echo \"Hello, $USER\"",
+          "Fix the greeting's variable name")]
 
 
 @op("git", "git-cherry-pick", (3, 4), f"{GITDOC}: git cherry-pick", "git cherry-pick", [
@@ -122,7 +129,8 @@ def _cherry(c: Ctx) -> Case:
     files = {"README.md": f"# {c.pick(WORDS)}\n", path: text_of(lines), "theme.css": theme, "search.py": search}
     good = lines[:idx] + [fixed] + lines[idx + 1:]
     setup = (REPO + dated_commit("Initial commit", 1) + f"git checkout -q -b {q(branch)}\n"
-             + "echo 'body { color: #ddd; background: #111; }' > theme.css\n" + dated_commit("Try a dark colour scheme", 2)
+             + "echo 'body { color: #ddd; background: #111; }' > theme.css\n"
+             + dated_commit("Try a dark colour scheme", 2)
              + f"printf '%s\\n' {' '.join(q(x) for x in good)} > {path}\n" + dated_commit(subj, 3)
              + "echo '    # TODO: rewrite with an index' >> search.py\n" + dated_commit("WIP: rewrite search", 4)
              + f"git checkout -q main\necho {q(sentence(c.rng))} >> README.md\n" + dated_commit("Update the README", 5))
@@ -167,7 +175,8 @@ def _find_commit(c: Ctx) -> Case:
         verify = GIT_PRELUDE + (
             f"_want = git('log', '--format=%H', '-F', '--grep', {subjects[k]!r}) or '?'\n"
             f"_got = (read({out!r}) or '').strip()\n"
-            f"check(len(_got) >= 7 and _want.startswith(_got), {out!r} + ' should hold the hash ' + _want + ', found ' + repr(_got[:80]))")
+            f"check(len(_got) >= 7 and _want.startswith(_got), {out!r} + ' should hold the hash ' + _want"
+            " + ', found ' + repr(_got[:80]))")
         fmt = "%H"
     else:
         verify, fmt = GIT_PRELUDE + answer_is(out, subjects[k]), "%s"

@@ -64,7 +64,8 @@ def py_checks(module: str, calls: Sequence[tuple[str, object]], what: str) -> st
             "_got = json.loads(_out[1]) if _r.returncode == 0 and len(_out) == 2 else None\n"
             f"for _e, _w, _g in zip({[e for e, _ in calls]!r}, {want!r}, _got or [None] * {len(calls)}):\n"
             f"    check(_g == _w, {what!r} + f': {{_e}} should be {{_w}}, got {{_g}}'"
-            " + ('' if _got is not None else ' (' + (_r.stderr.strip().splitlines() or ['no output'])[-1][:200] + ')'))")
+            " + ('' if _got is not None else ' ('"
+            " + (_r.stderr.strip().splitlines() or ['no output'])[-1][:200] + ')'))")
 
 
 def sed_line(old: str, new: str, path: str) -> str:

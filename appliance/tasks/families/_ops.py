@@ -308,7 +308,8 @@ def text_of(lines: list[str]) -> str:
 
 # --- verifier snippets over the PRELUDE helpers -----------------------------------------------------
 def number_is(path: str, n: object) -> str:
-    return f"check((read({path!r}) or '').strip() == {str(n)!r}, {path!r} + ' should hold {n}, found ' + repr(read({path!r})))"
+    return (f"check((read({path!r}) or '').strip() == {str(n)!r}, "
+            f"{path!r} + ' should hold {n}, found ' + repr(read({path!r})))")
 
 
 def exact_is(path: str, text: str) -> str:

@@ -42,7 +42,8 @@ def _sort(c: Ctx) -> Case:
 @op("text", "sort-numeric-desc", (2, 3, 4), f"{CORE}: sort -n -r", "sort", [
     "{src} has one number per line. Write them to {out} from largest to smallest.",
     "Sort the numbers in {src} numerically, biggest first, into {out}.",
-    "Put the values of {src} in descending numeric order (not alphabetical: 100 comes before 9) and save that as {out}.",
+    "Put the values of {src} in descending numeric order (not alphabetical: 100 comes before 9) and save that "
+    "as {out}.",
     "{out} must list {src}'s numbers in decreasing order.",
 ], traps=IO)
 def _sort_n(c: Ctx) -> Case:

@@ -118,7 +118,8 @@ def _column(c: Ctx) -> Case:
             "w = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]\n"
             "for r in rows: print('  '.join(f.ljust(w[k]) for k, f in enumerate(r)).rstrip())")
     return Case({src: text_of([" ".join(r) for r in rows])}, lines_is(out, want) + "\n" + exact_is(out, text_of(want)),
-                f"python3 -c {q(code)} {q(src)} > {q(out)}", dict(src=src, out=out), partial="python3 -c 'import sys ...")
+                f"python3 -c {q(code)} {q(src)} > {q(out)}", dict(src=src, out=out),
+                partial="python3 -c 'import sys ...")
 
 
 @op("text", "crlf-to-lf", (2, 3, 4), "dos2unix (absent here: sed or tr instead)", "sed", [
@@ -131,7 +132,8 @@ def _crlf(c: Ctx) -> Case:
     src, lines = sentences_file(c, 3, 6)
     want = text_of(lines)
     verify = (f"got = open({src!r}, 'rb').read() if os.path.exists({src!r}) else b''\n"
-              f"check(got == {want.encode()!r}, '{src} should have LF line endings and the same text, found ' + repr(got[:200]))")
+              f"check(got == {want.encode()!r}, '{src} should have LF line endings and the same text, found '"
+              " + repr(got[:200]))")
     return Case({src: want.replace("\n", "\r\n")}, verify, f"sed -i 's/\\r$//' {q(src)}", dict(src=src))
 
 
@@ -283,4 +285,5 @@ def _split(c: Ctx) -> Case:
     names = [prefix + "a" + chr(ord("a") + i) for i in range(len(chunks))]
     verify = "\n".join(lines_is(nm, ch) for nm, ch in zip(names, chunks))
     verify += f"\ncheck(not os.path.exists({prefix + 'a' + chr(ord('a') + len(chunks))!r}), 'one chunk too many')"
-    return Case({src: text_of(lines)}, verify, f"split -l {n} {q(src)} {prefix}", dict(src=src, n=str(n), prefix=prefix))
+    return Case({src: text_of(lines)}, verify, f"split -l {n} {q(src)} {prefix}",
+                dict(src=src, n=str(n), prefix=prefix))

@@ -46,10 +46,12 @@ def _count_status(c: Ctx) -> Case:
     status = c.pick(["404", "500", "301", "403"])
     lines, hits = [], 0
     for i in range(c.rng.randint(8, 16)):
-        code = status if c.rng.random() < 0.35 or (i == 0 and hits == 0) else c.pick(["200", "200", "304", "502", "201"])
+        code = status if c.rng.random() < 0.35 or (i == 0 and hits == 0) else \
+            c.pick(["200", "200", "304", "502", "201"])
         hits += code == status
         lines.append(f"10.0.{c.rng.randint(0, 9)}.{c.rng.randint(2, 250)} - - [12/Mar/2024:10:{10 + i:02d}:"
-                     f"{c.rng.randint(10, 59)} +0000] \"GET {c.pick(PATHS)} HTTP/1.1\" {code} {c.rng.randint(120, 9000)}")
+                     f"{c.rng.randint(10, 59)} +0000] \"GET {c.pick(PATHS)} HTTP/1.1\" {code} "
+                     f"{c.rng.randint(120, 9000)}")
     return Case({src: text_of(lines)}, answer_is(out, str(hits)), f"grep -c '\" {status} ' {q(src)} > {q(out)}",
                 dict(src=src, out=out, status=status))
 
@@ -67,7 +69,8 @@ def _largest(c: Ctx) -> Case:
     stems = c.pick(["holiday", "scan", "invoice", "draft", "clip", "backup", "photo", "slides", "notes"], 5)
     exts = [c.pick(["jpg", "pdf", "txt", "csv", "bin"]) for _ in stems]
     sizes = c.pick(list(range(200, 6000, 37)), len(stems))
-    files = {f"{d}/{s}.{e}": ("x" * 63 + "\n") * (n // 64) + "y" * (n % 64) for s, e, n in zip(stems, exts, sizes, strict=True)}
+    files = {f"{d}/{s}.{e}": ("x" * 63 + "\n") * (n // 64) + "y" * (n % 64)
+             for s, e, n in zip(stems, exts, sizes, strict=True)}
     # outside {d}/, bigger and smaller than everything in it: not the answer
     files |= {f"elsewhere/{c.pick(WORDS)}.bin": "z" * 7000 + "\n", f"elsewhere/{c.pick(WORDS)}.txt": "s\n"}
     i = sizes.index((min if which == "smallest" else max)(sizes))
@@ -90,12 +93,14 @@ def _newest(c: Ctx) -> Case:
     names = [f"{c.pick(['db', 'site', 'mail', 'crm'])}-{w}.{c.pick(['sql', 'tar', 'dump'])}" for w in c.pick(WORDS, 5)]
     days = c.pick(list(range(1, 28)), len(names))
     files = {f"{d}/{n}": f"{sentence(c.rng)}\n" for n in names}
-    setup = "".join(f"touch -d '2024-04-{dd:02d} 0{dd % 9}:30' {q(d + '/' + n)}\n" for n, dd in zip(names, days, strict=True))
+    setup = "".join(f"touch -d '2024-04-{dd:02d} 0{dd % 9}:30' {q(d + '/' + n)}\n"
+                    for n, dd in zip(names, days, strict=True))
     name = names[days.index(max(days) if newest else min(days))]
     out = c.pick(ANSWERS)
     return Case(files, answer_is(out, name, (f"{d}/{name}", f"./{d}/{name}")),
                 f"ls -t{'' if newest else 'r'} {d} | head -n 1 > {out}",
-                dict(d=d, out=out, when="most recently" if newest else "longest ago", adj="newest" if newest else "oldest"),
+                dict(d=d, out=out, when="most recently" if newest else "longest ago",
+                     adj="newest" if newest else "oldest"),
                 setup=setup)
 
 
@@ -147,7 +152,8 @@ def _log_date(c: Ctx) -> Case:
     kinds = ["INFO"] + [c.pick(["INFO", "INFO", level, "DEBUG"]) for _ in days[2:]] + ["INFO"]
     if level not in kinds:
         kinds[len(kinds) // 2] = level
-    lines = [f"2024-05-{dd:02d} 02:{c.rng.randint(10, 59)}:07 {k} {c.pick(['backup', 'sync', 'rotate'])}: {sentence(c.rng)}"
+    lines = [f"2024-05-{dd:02d} 02:{c.rng.randint(10, 59)}:07 {k} {c.pick(['backup', 'sync', 'rotate'])}: "
+             f"{sentence(c.rng)}"
              for dd, k in zip(days, kinds, strict=True)]
     hits = [ln.split(" ")[0] for ln in lines if f" {level} " in ln]
     pick = "head" if pos == "first" else "tail"
@@ -191,7 +197,8 @@ def _line_number(c: Ctx) -> Case:
     fn = c.pick(fns[1:])
     lines = ['"""Small helpers for the ' + c.pick(PRODUCTS) + ' shop."""', "", "import os", ""]
     for f in fns:
-        lines += ["", f"def {f}(value):", f"    # {sentence(c.rng)}", f"    return {fn}(value)" if f == fns[0] else "    return value"]
+        lines += ["", f"def {f}(value):", f"    # {sentence(c.rng)}",
+                  f"    return {fn}(value)" if f == fns[0] else "    return value"]
     lines += ["", "", "if __name__ == '__main__':", f"    print({fn}(os.environ.get('X', '')))"]
     number = lines.index(f"def {fn}(value):") + 1
     out = c.pick(ANSWERS)
@@ -200,7 +207,8 @@ def _line_number(c: Ctx) -> Case:
 
 
 @op("answer", "answer-category-total", (2, 3, 4), "GNU awk: sum a column where another matches", "awk", [
-    "How much did we spend on {cat} according to {src}? Write the total of the {amount} column for those rows to {out}.",
+    "How much did we spend on {cat} according to {src}? Write the total of the {amount} column for those rows "
+    "to {out}.",
     "Quick one before the budget meeting: what's the sum of {amount} over the {cat} rows in {src}? Just the "
     "number in {out}, no units.",
     "total {amount} for {cat} in {src}, write the number to {out}",

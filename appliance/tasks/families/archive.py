@@ -44,7 +44,8 @@ def _archive_members(path: str, mode: str, files: dict[str, str]) -> str:
                "        got = {n.rstrip('/'): z.read(n).decode() for n in z.namelist() if not n.endswith('/')}\n"
                if mode == "zip" else
                "    with tarfile.open(" + repr(path) + f", 'r:{mode}') as t:\n"
-               "        got = {m.name.lstrip('./'): t.extractfile(m).read().decode() for m in t.getmembers() if m.isfile()}\n")
+               "        got = {m.name.lstrip('./'): t.extractfile(m).read().decode()"
+               " for m in t.getmembers() if m.isfile()}\n")
             + "except Exception as e:\n    print('cannot read the archive:', e)\n"
             # An archive written inside the tree it packs may or may not catch a partial copy of itself
             # (tar through a compressor cannot tell the file is its own output): never part of the answer.

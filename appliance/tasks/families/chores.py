@@ -72,15 +72,19 @@ def _unpack_count(c: Ctx) -> Case:
 ])
 def _gather(c: Ctx) -> Case:
     d, ext = c.pick(["inbox", "downloads", "desktop"]), c.pick(["pdf", "jpg", "csv"])
-    dest = {"pdf": c.pick(["docs", "pdfs"]), "jpg": c.pick(["photos", "pictures"]), "csv": c.pick(["data", "tables"])}[ext]
+    dest = {"pdf": c.pick(["docs", "pdfs"]), "jpg": c.pick(["photos", "pictures"]),
+            "csv": c.pick(["data", "tables"])}[ext]
     lst = c.pick(["moved.txt", "list.txt", "index.txt"])
     names = c.pick(LETTERS, c.rng.randint(3, 5))
     subs = ["", "2024/", "misc/", "old/stuff/"]
     hits = {f"{d}/{c.pick(subs)}{n}.{ext}": f"{sentence(c.rng)}\n" for n in names}
-    rest = {f"{d}/{c.pick(subs)}{n}.{e}": f"{sentence(c.rng)}\n" for n, e in zip(c.pick(WORDS, 3), ["txt", "docx", "md"], strict=True)}
+    rest = {f"{d}/{c.pick(subs)}{n}.{e}": f"{sentence(c.rng)}\n"
+            for n, e in zip(c.pick(WORDS, 3), ["txt", "docx", "md"], strict=True)}
     verify = "\n".join([f"text_is({dest + '/' + p.rsplit('/', 1)[1]!r}, {t!r})\n" + gone(p) for p, t in hits.items()]
-                       + [f"text_is({p!r}, {t!r})" for p, t in rest.items()] + [lines_is(lst, sorted(f"{n}.{ext}" for n in names))])
-    return Case(hits | rest, verify, f"mkdir -p {dest}\nfind {d} -name '*.{ext}' -exec mv {{}} {dest}/ \\;\nls {dest} > {lst}",
+                       + [f"text_is({p!r}, {t!r})" for p, t in rest.items()]
+                       + [lines_is(lst, sorted(f"{n}.{ext}" for n in names))])
+    return Case(hits | rest, verify,
+                f"mkdir -p {dest}\nfind {d} -name '*.{ext}' -exec mv {{}} {dest}/ \\;\nls {dest} > {lst}",
                 dict(d=d, ext=ext, dest=dest, lst=lst))
 
 
@@ -107,7 +111,8 @@ def _csv_top(c: Ctx) -> Case:
     ic, rc, tc = (order.index(k) + 1 for k in (0, 2, 3))
     want = [r[0] for r in sorted((r for r in rows if r[2] == region), key=lambda r: -r[3])[:n]]
     return Case({src: text_of(lines)}, lines_is(out, want),
-                f"awk -F, 'NR>1 && ${rc}==\"{region}\"' {q(src)} | sort -t, -k{tc},{tc}nr | head -n {n} | cut -d, -f{ic} > {out}",
+                f"awk -F, 'NR>1 && ${rc}==\"{region}\"' {q(src)} | sort -t, -k{tc},{tc}nr | head -n {n} "
+                f"| cut -d, -f{ic} > {out}",
                 dict(src=src, out=out, idcol=idcol, total=total, region=region, n=str(n)))
 
 
@@ -122,7 +127,8 @@ def _merge_count(c: Ctx) -> Case:
     a, b = c.pick([("newsletter.txt", "signups.txt"), ("list-a.txt", "list-b.txt"), ("old.txt", "new.txt")])
     merged, cnt = c.pick(["all.txt", "merged.txt", "everyone.txt"]), c.pick(["count.txt", "total.txt"])
     domain = c.pick(["example.com", "mail.test", "corp.local"])
-    people = [f"{p.lower()}@{domain}" for p in c.pick(PEOPLE, c.rng.randint(6, 10))]  # distinct initials: sorts alike in any locale
+    # distinct initials: sorts alike in any locale
+    people = [f"{p.lower()}@{domain}" for p in c.pick(PEOPLE, c.rng.randint(6, 10))]
     cut = len(people) // 2
     xs, ys = people[:cut + 1] + people[:1], people[cut - 1:]
     c.rng.shuffle(xs)
@@ -146,12 +152,14 @@ def _bundle(c: Ctx) -> Case:
     subs = ["", "nginx/", "app/", "app/extra/", "cron.d/"]
     hits = {f"{d}/{c.pick(subs)}{n}.{ext}": f"# {sentence(c.rng)}\nkey = {c.pick(WORDS)}\n"
             for n in c.pick(LETTERS, c.rng.randint(3, 6))}
-    rest = {f"{d}/{c.pick(subs)}{n}.{e}": f"{sentence(c.rng)}\n" for n, e in zip(c.pick(WORDS, 2), ["bak", "txt"], strict=True)}
+    rest = {f"{d}/{c.pick(subs)}{n}.{e}": f"{sentence(c.rng)}\n"
+            for n, e in zip(c.pick(WORDS, 2), ["bak", "txt"], strict=True)}
     verify = (f"import tarfile\n_got = {{}}\ntry:\n    with tarfile.open({arch!r}, 'r:gz') as _t:\n"
               "        _got = {m.name[2:] if m.name.startswith('./') else m.name: _t.extractfile(m).read().decode()"
               " for m in _t.getmembers() if m.isfile()}\n"
               "except Exception as e:\n    print('cannot read the archive:', e)\n"
-              f"check(_got == {hits!r}, {arch!r} + ' should hold ' + repr({sorted(hits)!r}) + ', holds ' + repr(sorted(_got)))\n"
+              f"check(_got == {hits!r}, {arch!r} + ' should hold ' + repr({sorted(hits)!r})"
+              " + ', holds ' + repr(sorted(_got)))\n"
               + answer_is(cnt, str(len(hits))))
     return Case(hits | rest, verify,
                 f"find {d} -name '*.{ext}' > /tmp/list\ntar -czf {arch} -T /tmp/list\nwc -l < /tmp/list > {cnt}",

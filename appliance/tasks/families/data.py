@@ -52,7 +52,8 @@ def _l1(rng: random.Random) -> TaskSpec:
         check = f"text_is('column.txt', {chr(10).join(expected)!r})"
     else:
         cmd = "wc -l < people.csv > lines.txt"
-        check = f"check((read('lines.txt') or '').strip() == '{len(rows) + 1}', 'lines.txt should hold {len(rows) + 1}')"
+        check = (f"check((read('lines.txt') or '').strip() == '{len(rows) + 1}', "
+                 f"'lines.txt should hold {len(rows) + 1}')")
     return make(FAMILY, 1, kind, instruction=spelled_out(cmd), files=files, verify=check, solution=cmd)
 
 
@@ -96,7 +97,8 @@ def _l4(rng: random.Random) -> TaskSpec:
     instruction = ("Convert people.csv (header name,age,city) into people.json: a JSON list with one object per "
                    "row, keys name, age and city, where age is a number. Keep the row order.")
     solution = ("python3 - <<'EOF'\nimport csv, json\nrows = list(csv.DictReader(open('people.csv')))\n"
-                "for r in rows:\n    r['age'] = int(r['age'])\njson.dump(rows, open('people.json', 'w'), indent=2)\nEOF")
+                "for r in rows:\n    r['age'] = int(r['age'])\n"
+                "json.dump(rows, open('people.json', 'w'), indent=2)\nEOF")
     check = (f"expected = {expected!r}\n"
              "try:\n    got = json.loads(read('people.json') or 'null')\nexcept ValueError:\n    got = None\n"
              "check(got == expected, f'people.json should be {expected!r}, found {got!r}')")
@@ -291,8 +293,10 @@ def _csv_group(c: Ctx) -> Case:
 
 
 @op("data", "join-files", (3, 4), "GNU coreutils: join", "join", [
-    "{a} has id,name lines and {b} has id,{num} lines, both sorted by id. Write {out} with id,name,{num} for each id in both.",
-    "Join {a} and {b} on their first column (id) into {out}: lines `id,name,{num}`, sorted by id, only ids present in both files.",
+    "{a} has id,name lines and {b} has id,{num} lines, both sorted by id. Write {out} with id,name,{num} for each "
+    "id in both.",
+    "Join {a} and {b} on their first column (id) into {out}: lines `id,name,{num}`, sorted by id, only ids present "
+    "in both files.",
     "Merge the two comma-separated files {a} and {b} by id; {out} gets `id,name,{num}` for the ids they share.",
     "{out} = {a} joined with {b} on the id field (comma-separated, ids in both only).",
 ], heldout=True)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import random
 
-from appliance.tasks.families import _edit_ops_code, _edit_ops_config  # noqa: F401  (register the operations, in this order)
+# register the operations, in this order
+from appliance.tasks.families import _edit_ops_code, _edit_ops_config  # noqa: F401
 from appliance.tasks.families._ops import generate_family
 from appliance.tasks.format import TaskSpec
 

@@ -195,8 +195,10 @@ def _rm(c: Ctx) -> Case:
 ])
 def _cpr(c: Ctx) -> Case:
     d, out = c.pick([("site", "site_backup"), ("src", "src.orig"), ("docs", "docs-copy"), ("config", "config.bak")])
-    files = {f"{d}/{n}": f"{sentence(c.rng)}\n" for n in ["index.txt", "sub/a.txt", "sub/deep/b.txt"][:c.rng.randint(2, 3)]}
-    verify = "\n".join(lines_is(out + p[len(d):], [t.strip()]) + "\n" + lines_is(p, [t.strip()]) for p, t in files.items())
+    files = {f"{d}/{n}": f"{sentence(c.rng)}\n"
+             for n in ["index.txt", "sub/a.txt", "sub/deep/b.txt"][:c.rng.randint(2, 3)]}
+    verify = "\n".join(lines_is(out + p[len(d):], [t.strip()]) + "\n" + lines_is(p, [t.strip()])
+                       for p, t in files.items())
     return Case(files, verify, f"cp -r {d} {out}", dict(d=d, out=out))
 
 

@@ -38,7 +38,8 @@ def _tree(c: Ctx, exts: list[str], n: int = 8) -> tuple[str, dict[str, str]]:
 
 @op("find", "find-by-name", (1, 2, 3), f"{FIND} -name", "find -name", [
     "List every .{ext} file under {root}/ (all subdirectories too), one path per line, sorted, into {out}.",
-    "Find all files named *.{ext} anywhere below {root} and write their paths (like {root}/x/y.{ext}), sorted, to {out}.",
+    "Find all files named *.{ext} anywhere below {root} and write their paths (like {root}/x/y.{ext}), sorted, "
+    "to {out}.",
     "{out} should hold the sorted paths of the .{ext} files in the {root} tree.",
     "Where are the .{ext} files in {root}/? Sorted paths into {out}.",
 ], traps=("missing-dir",))
@@ -77,7 +78,8 @@ def _old(c: Ctx) -> Case:
     days = c.pick([7, 30, 90])
     setup = "".join(f"touch -d '2001-0{c.rng.randint(1, 9)}-1{c.rng.randint(0, 9)}' {q(p)}\n" for p in old)
     verify = "\n".join([gone(p) for p in old] + [lines_is(p, [t.strip()]) for p, t in files.items() if p not in old])
-    return Case(files, verify, f"find {root} -type f -mtime +{days} -delete", dict(root=root, days=str(days)), setup=setup)
+    return Case(files, verify, f"find {root} -type f -mtime +{days} -delete", dict(root=root, days=str(days)),
+                setup=setup)
 
 
 @op("find", "find-large", (2, 3, 4), f"{FIND} -size", "find -size", [

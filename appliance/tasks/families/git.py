@@ -28,13 +28,15 @@ def _l1(rng: random.Random) -> TaskSpec:
     name, word = rng.choice(NAMES), rng.choice(WORDS)
     if rng.random() < 0.3:
         cmd = "git init"
-        check = "check(os.path.isdir('.git') and git('rev-parse', '--git-dir') == '.git', 'a git repository should exist here')"
+        check = ("check(os.path.isdir('.git') and git('rev-parse', '--git-dir') == '.git', "
+                 "'a git repository should exist here')")
         return make(FAMILY, 1, "init", instruction=spelled_out(cmd), files={f"{name}.txt": f"{word}\n"},
                     verify=GIT_PRELUDE + check, solution=cmd)
     cmd = f'git add {name}.txt && git commit -m "add {name}"'
     files = {"README.md": "project\n", f"{name}.txt": f"{word}\n"}
     setup = REPO + "git add README.md\ngit commit -q -m start\n"
-    check = (f"check(git('log', '-1', '--format=%s') == 'add {name}', 'the last commit message should be \"add {name}\"')\n"
+    check = (f"check(git('log', '-1', '--format=%s') == 'add {name}', "
+             f"'the last commit message should be \"add {name}\"')\n"
              f"check(git('show', 'HEAD:{name}.txt') == {word!r}, '{name}.txt should be in the last commit')")
     return make(FAMILY, 1, "commit", instruction=spelled_out(cmd), files=files, setup=setup,
                 verify=GIT_PRELUDE + check, solution=cmd)
@@ -61,7 +63,8 @@ def _l3(rng: random.Random) -> TaskSpec:
     instruction = (f"In this git repository, create a branch named {branch}, switch to it, and commit a new file "
                    f"{name}.txt containing {word} on that branch. The main branch must not change.")
     solution = f"git checkout -b {branch}\necho {word} > {name}.txt\ngit add {name}.txt\ngit commit -m 'add {name}'"
-    check = (f"check(git('show', '{branch}:{name}.txt') == {word!r}, 'branch {branch} should have {name}.txt = {word}')\n"
+    check = (f"check(git('show', '{branch}:{name}.txt') == {word!r}, "
+             f"'branch {branch} should have {name}.txt = {word}')\n"
              "check(git('rev-list', '--count', 'main') == '1', 'main should still have exactly one commit')\n"
              f"check(git('rev-list', '--count', '{branch}') == '2', '{branch} should have one commit more than main')")
     return make(FAMILY, 3, "branch", instruction=instruction, files=files, setup=setup,
@@ -174,7 +177,8 @@ def _restore(c: Ctx) -> Case:
 def _amend(c: Ctx) -> Case:
     files, setup, msgs = _repo(c)
     msg = msgs[-1].replace("Update", "Update the").replace("Fix typo in", "Fix a typo in") + " properly"
-    verify = GIT_PRELUDE + (f"check(git('log', '-1', '--format=%s') == {msg!r}, 'the last message should be ' + {msg!r})\n"
+    verify = GIT_PRELUDE + (f"check(git('log', '-1', '--format=%s') == {msg!r}, "
+                            f"'the last message should be ' + {msg!r})\n"
                             "check(git('rev-list', '--count', 'HEAD') == '2', 'still two commits')")
     return Case(files, verify, f"git commit --amend -m {q(msg)}", dict(msg=msg), setup=setup)
 
@@ -189,9 +193,10 @@ def _rename(c: Ctx) -> Case:
     files, setup, _ = _repo(c)
     old, new = f"feature-{c.pick(WORDS)}", f"topic/{c.pick(WORDS)}-{c.rng.randint(10, 99)}"
     setup += f"git branch {old}\n"
-    verify = GIT_PRELUDE + (f"check(git('rev-parse', '--verify', '-q', 'refs/heads/{new}') == git('rev-parse', 'HEAD'), "
-                            f"'branch {new} should exist at HEAD')\n"
-                            f"check(git('rev-parse', '--verify', '-q', 'refs/heads/{old}') is None, '{old} should be gone')")
+    verify = GIT_PRELUDE + (f"check(git('rev-parse', '--verify', '-q', 'refs/heads/{new}') "
+                            f"== git('rev-parse', 'HEAD'), 'branch {new} should exist at HEAD')\n"
+                            f"check(git('rev-parse', '--verify', '-q', 'refs/heads/{old}') is None, "
+                            f"'{old} should be gone')")
     return Case(files, verify, f"git branch -m {old} {new}", dict(old=old, new=new), setup=setup)
 
 
@@ -236,8 +241,10 @@ def _ignore(c: Ctx) -> Case:
     ext = c.pick(["log", "tmp", "pyc", "bak"])
     files[f"debug.{ext}"] = "noise\n"
     setup = setup.replace("git add -A", "git add " + " ".join(q(p) for p in files if p != f"debug.{ext}"))
-    verify = GIT_PRELUDE + (f"check(git('status', '--porcelain') == '', 'git status should be clean (debug.{ext} ignored)')\n"
+    verify = GIT_PRELUDE + ("check(git('status', '--porcelain') == '', "
+                            f"'git status should be clean (debug.{ext} ignored)')\n"
                             f"check(git('check-ignore', 'x.{ext}') == 'x.{ext}', '*.{ext} should be ignored')\n"
                             "check(git('ls-files', '.gitignore') == '.gitignore', '.gitignore should be committed')")
-    return Case(files, verify, f"echo '*.{ext}' >> .gitignore && git add .gitignore && git commit -q -m 'Ignore {ext} files'",
+    return Case(files, verify,
+                f"echo '*.{ext}' >> .gitignore && git add .gitignore && git commit -q -m 'Ignore {ext} files'",
                 dict(ext=ext), setup=setup)

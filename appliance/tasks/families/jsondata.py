@@ -35,7 +35,8 @@ def _dump(obj: object) -> str:
 
 def json_is(path: str, expected: object) -> str:
     return (f"try:\n    got = json.loads(read({path!r}) or 'null')\nexcept ValueError:\n    got = 'not JSON'\n"
-            f"check(got == {expected!r}, {path!r} + ' should be the JSON ' + {json.dumps(expected)[:300]!r} + ', found ' + repr(got)[:300])")
+            f"check(got == {expected!r}, {path!r} + ' should be the JSON ' + {json.dumps(expected)[:300]!r}"
+            " + ', found ' + repr(got)[:300])")
 
 
 def _config(c: Ctx) -> dict:
@@ -47,15 +48,17 @@ def _config(c: Ctx) -> dict:
 
 
 def _people(c: Ctx) -> list[dict]:
-    return [{"name": n, "age": c.rng.randint(19, 70), "city": c.pick(CITIES)} for n in c.pick(FULL_NAMES, c.rng.randint(4, 7))]
+    return [{"name": n, "age": c.rng.randint(19, 70), "city": c.pick(CITIES)}
+            for n in c.pick(FULL_NAMES, c.rng.randint(4, 7))]
 
 
 def _src(c: Ctx, stems: list[str]) -> str:
     return c.src("json", stems)
 
 
-FIELDS = [("server.port", ("server", "port")), ("server.host", ("server", "host")), ("database.user", ("database", "user")),
-          ("version", ("version",)), ("owner", ("owner",)), ("database.pool", ("database", "pool"))]
+FIELDS = [("server.port", ("server", "port")), ("server.host", ("server", "host")),
+          ("database.user", ("database", "user")), ("version", ("version",)), ("owner", ("owner",)),
+          ("database.pool", ("database", "pool"))]
 
 
 @op("json", "json-get-field", (1, 2, 3), f"{JQ}: .a.b, -r", "jq -r", [
@@ -198,5 +201,7 @@ def _jsonl(c: Ctx) -> Case:
             for i in range(c.rng.randint(6, 12))]
     recs[0]["level"] = level
     src, out = c.src("jsonl", ["events", "audit", "app"]), c.out("count.txt")
-    return Case({src: "".join(json.dumps(r) + "\n" for r in recs)}, number_is(out, sum(r["level"] == level for r in recs)),
-                f"jq -c 'select(.level == \"{level}\")' {q(src)} | wc -l > {q(out)}", dict(src=src, out=out, level=level))
+    return Case({src: "".join(json.dumps(r) + "\n" for r in recs)},
+                number_is(out, sum(r["level"] == level for r in recs)),
+                f"jq -c 'select(.level == \"{level}\")' {q(src)} | wc -l > {q(out)}",
+                dict(src=src, out=out, level=level))

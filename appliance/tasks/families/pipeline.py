@@ -90,7 +90,8 @@ def _l4(rng: random.Random) -> TaskSpec:
     top = [w for w, _ in Counter(words).most_common(k)]
     instruction = (f"{name}.txt holds words separated by spaces and newlines. Write the {k} most frequent words "
                    "into top.txt, most frequent first, one word per line.")
-    solution = f"tr ' ' '\\n' < {name}.txt | grep -v '^$' | sort | uniq -c | sort -rn | head -n {k} | awk '{{print $2}}' > top.txt"
+    solution = (f"tr ' ' '\\n' < {name}.txt | grep -v '^$' | sort | uniq -c | sort -rn | head -n {k} "
+                f"| awk '{{print $2}}' > top.txt")
     check = f"text_is('top.txt', {chr(10).join(top)!r})"
     return make(FAMILY, 4, f"top{k}", instruction=instruction, files=files, verify=check, solution=solution)
 
@@ -115,7 +116,8 @@ def _l5(rng: random.Random) -> TaskSpec:
 
 # --- operations (table-driven; see _ops.py) -----------------------------------------------------------
 @op("pipeline", "word-frequency", (3, 4), "GNU coreutils: sort | uniq -c", "uniq -c", [
-    "{src} has one word per line. Write each distinct word with its count as `word count` lines, sorted by word, to {out}.",
+    "{src} has one word per line. Write each distinct word with its count as `word count` lines, sorted by word, "
+    "to {out}.",
     "Count how often each word of {src} occurs; {out} gets lines like `apple 3`, alphabetical by word.",
     "{out} should be a frequency table of {src}: `<word> <count>`, in alphabetical order.",
     "Tally the words in {src} (one per line) into {out} as `word count`, sorted by the word.",
@@ -142,7 +144,8 @@ def _mode(c: Ctx) -> Case:
     if sorted(counts.values())[-2:] == [counts[top]] * 2:
         words.append(top)
     return Case({src: text_of(words)}, lines_is(out, [top]),
-                f"sort {q(src)} | uniq -c | sort -rn | head -n 1 | awk '{{print $2}}' > {q(out)}", dict(src=src, out=out))
+                f"sort {q(src)} | uniq -c | sort -rn | head -n 1 | awk '{{print $2}}' > {q(out)}",
+                dict(src=src, out=out))
 
 
 @op("pipeline", "sum-numbers", (1, 2, 3), "GNU awk: sum", "awk", [
@@ -159,7 +162,8 @@ def _sum(c: Ctx) -> Case:
 
 
 @op("pipeline", "count-log-levels", (3, 4), "GNU awk: field counts", "awk", [
-    "For the log {src}, write how many lines each level (third field: INFO, WARN, ...) has, as `LEVEL count` lines sorted by level, to {out}.",
+    "For the log {src}, write how many lines each level (third field: INFO, WARN, ...) has, as `LEVEL count` lines "
+    "sorted by level, to {out}.",
     "Summarise {src} by log level: {out} gets `LEVEL count`, one level per line, alphabetical.",
     "{out} should count the lines of {src} per level (the 3rd whitespace-separated field), as `LEVEL N`, sorted.",
     "Tally {src}'s lines by level into {out} (`ERROR 2` style, levels sorted).",
@@ -169,4 +173,5 @@ def _levels(c: Ctx) -> Case:
     lines = log_lines(c.rng, c.rng.randint(8, 14))
     counts = Counter(x.split()[2] for x in lines)
     return Case({src: text_of(lines)}, lines_is(out, [f"{k} {v}" for k, v in sorted(counts.items())]),
-                f"awk '{{print $3}}' {q(src)} | sort | uniq -c | awk '{{print $2, $1}}' > {q(out)}", dict(src=src, out=out))
+                f"awk '{{print $3}}' {q(src)} | sort | uniq -c | awk '{{print $2, $1}}' > {q(out)}",
+                dict(src=src, out=out))

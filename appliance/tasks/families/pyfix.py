@@ -71,7 +71,8 @@ STUBS = [
      "return len(text.split())", ("word_count('a b c') == 3",), ("word_count('') == 0", "word_count(' x  y ') == 2")),
     ("digits_sum", "def digits_sum(n):\n    \"\"\"The sum of the decimal digits of the non-negative integer n.\"\"\"",
      "return sum(int(d) for d in str(n))", ("digits_sum(123) == 6",), ("digits_sum(0) == 0", "digits_sum(909) == 18")),
-    ("initials", "def initials(name):\n    \"\"\"The capitalised first letters of each word: 'ada love lace' -> 'ALL'.\"\"\"",
+    ("initials", "def initials(name):\n"
+                 "    \"\"\"The capitalised first letters of each word: 'ada love lace' -> 'ALL'.\"\"\"",
      "return ''.join(w[0].upper() for w in name.split())", ("initials('ada love lace') == 'ALL'",),
      ("initials('x') == 'X'", "initials('Bo  Di') == 'BD'")),
 ]

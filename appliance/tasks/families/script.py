@@ -57,7 +57,8 @@ def _l3(rng: random.Random) -> TaskSpec:
     what, expr = OPS[op]
     ex = [rng.randint(1, 9) for _ in range(3)]
     instruction = (f"Write a Python script {op}.py that prints {what} of the integer numbers given as its "
-                   f"arguments. For example `python3 {op}.py {' '.join(map(str, ex))}` prints {eval(expr, {'nums': ex})}.")
+                   f"arguments. For example `python3 {op}.py {' '.join(map(str, ex))}` prints "
+                   f"{eval(expr, {'nums': ex})}.")
     cases = []
     for _ in range(3):
         nums = [rng.randint(-20, 40) for _ in range(rng.randint(1, 5))]
@@ -112,7 +113,8 @@ def _l5(rng: random.Random) -> TaskSpec:
 # --- operations (table-driven; see _ops.py) -----------------------------------------------------------
 @op("script", "py-count-matching-lines", (2, 3, 4), "Python: sys.argv, open, str methods", "python3", [
     "Write a Python script {name}.py: `python3 {name}.py FILE WORD` prints how many lines of FILE contain WORD.",
-    "Create {name}.py that takes a file path and a word as arguments and prints the number of lines of the file that contain the word.",
+    "Create {name}.py that takes a file path and a word as arguments and prints the number of lines of the file "
+    "that contain the word.",
     "{name}.py FILE WORD -> print the count of FILE's lines containing WORD. Write it in Python.",
     "I need a Python tool {name}.py (args: path, word) that outputs the number of matching lines.",
 ])
@@ -120,9 +122,11 @@ def _pycount(c: Ctx) -> Case:
     name = c.pick(["countword", "matches", "linecount", "grepcount"])
     files = {"sample.txt": text_of(sentences(c.rng, 5))}
     cases = [(["sample.txt", "the"], str(sum("the" in x for x in files["sample.txt"].splitlines())))]
-    verify = ("import tempfile\nd = tempfile.mkdtemp()\nopen(d + '/t.txt', 'w').write('a cat\\nno\\ncat cat\\nCat\\n')\n"
+    verify = ("import tempfile\nd = tempfile.mkdtemp()\n"
+              "open(d + '/t.txt', 'w').write('a cat\\nno\\ncat cat\\nCat\\n')\n"
               + _runs(["python3", f"{name}.py"], cases) + "\n"
-              f"r = run(['python3', '{name}.py', d + '/t.txt', 'cat'])\ncheck(r.stdout.strip() == '2', 'hidden case: 2')")
+              f"r = run(['python3', '{name}.py', d + '/t.txt', 'cat'])\n"
+              "check(r.stdout.strip() == '2', 'hidden case: 2')")
     sol = (f"cat > {name}.py <<'EOF'\nimport sys\npath, word = sys.argv[1], sys.argv[2]\n"
            "print(sum(1 for line in open(path) if word in line))\nEOF")
     return Case(files, verify, sol, dict(name=name), partial=f"cat > {name}.py <<'EOF' ...")
@@ -155,4 +159,5 @@ def _env(c: Ctx) -> Case:
               f"check(r.stdout.strip() == '{default}', 'unset: should print {default}, printed ' + repr(r.stdout))\n"
               f"r = run(['bash', '{name}.sh'], env=dict(_os.environ, {var}='prod-eu'))\n"
               "check(r.stdout.strip() == 'prod-eu', 'set: should print its value, printed ' + repr(r.stdout))")
-    return Case({}, verify, f"printf '%s\\n' 'echo \"${{{var}:-{default}}}\"' > {name}.sh", dict(name=name, var=var, default=default))
+    return Case({}, verify, f"printf '%s\\n' 'echo \"${{{var}:-{default}}}\"' > {name}.sh",
+                dict(name=name, var=var, default=default))

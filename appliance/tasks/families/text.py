@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import random
 
-from appliance.tasks.families import _text_ops_lines, _text_ops_reshape  # noqa: F401  (register the operations, in this order)
+# register the operations, in this order
+from appliance.tasks.families import _text_ops_lines, _text_ops_reshape  # noqa: F401
 from appliance.tasks.families._common import NAMES, PEOPLE, WORDS, make, pick, spelled_out
 from appliance.tasks.families._ops import generate_family
 from appliance.tasks.format import TaskSpec
