@@ -47,6 +47,13 @@ class SandboxError(ApplianceError):
     """Podman could not start, run or clean up a sandbox."""
 
 
+class SandboxNotClean(SandboxError):
+    """Processes or files that task code or an agent left outlived a kill and a wipe.
+
+    The sandbox is discarded. This is the doing of whatever ran in it (a fork bomb that will not die), not
+    the machine's: callers judge it as that task's or that agent's failure, never as an infra error."""
+
+
 class EngineError(ApplianceError):
     """The inference engine failed to start, answer, sync weights or pass its canary."""
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from appliance.config import Settings
-from appliance.errors import ApplianceError, Interrupted, TrajectoryError
+from appliance.errors import ApplianceError, Interrupted, SandboxNotClean, TrajectoryError
 from appliance.harness.base import ClientConfig, EndReason, Episode, Limits
 from appliance.harness.builtin import request_of, run_builtin
 from appliance.harness.external import harness_image, harness_settings, run_external
@@ -158,6 +158,10 @@ def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> Rollout
             reason = f"{reason or 'success'}; tampered with {', '.join(tampered)}"
     except _Infra as e:
         reason = FailureMode.INFRA.reason(str(e))
+    except SandboxNotClean as e:  # processes the agent left would not die: its failure, not the machine's
+        outcome, reward = Outcome.FAILURE, 0.0
+        reason = FailureMode.WRONG_ANSWER.reason(f"what it left running outlived the episode: {e.message}"[:400])
+        tampered.append("processes that would not die")
     except ApplianceError as e:  # sandbox, engine or set-up failures are the machine's, not the policy's
         reason = FailureMode.INFRA.reason(f"{type(e).__name__}: {e.message}")
     except Exception as e:  # noqa: BLE001

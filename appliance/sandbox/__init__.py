@@ -37,8 +37,12 @@ nothing: the sandbox is removed, the workspace copied out sanitized |
   A scrub (`Sandbox.scrub`) kills every process but PID 1 (a reaper that cannot be signalled from
   inside) and the driving shell with `kill -9 -1` (atomic against fork, renamed processes included),
   empties /workspace, /tmp, $HOME, /dev/shm, /dev/mqueue, removes SysV IPC, and checks all of it; a
-  sandbox that does not come out clean is discarded. Validation keeps one scrubbed sandbox for up to
-  `sandbox.validation_reuse` tasks (1: a new sandbox per task).
+  sandbox that does not come out clean is discarded (`SandboxNotClean`: the doing of the task or agent
+  that ran there, never counted as the machine's failure). The scrub forks nothing, so a bomb holding
+  every pid cannot stall it, and a zombie counts as dead. A rollout's sandbox without a door is scrubbed
+  the same way (processes only) before its workspace is copied out, so what the agent left running can
+  neither change the tree during the copy nor starve the copy of pids. Validation keeps one scrubbed
+  sandbox for up to `sandbox.validation_reuse` tasks (1: a new sandbox per task).
 - the verifier: never inside the agent's sandbox. It gets the final workspace with protected files put
   back from the task, modules that would shadow the standard library removed, git configuration that
   runs programs taken out, made read-only, and it is started from outside /workspace with a fixed

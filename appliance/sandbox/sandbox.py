@@ -30,7 +30,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from appliance.config import Settings
-from appliance.errors import SandboxError
+from appliance.errors import SandboxError, SandboxNotClean
 from appliance.sandbox.door import DOOR_PORT, DoorListener, ModelDoor
 from appliance.sandbox.image import image_ref
 from appliance.sandbox.podman import LABEL, OWNER_LABEL, podman, podman_bin, podman_cwd, podman_env
@@ -51,27 +51,31 @@ REAPER = ("import os, signal\n"
 # Between two uses of one sandbox: every process but PID 1 and this shell killed (kill(-1) is atomic
 # against fork: a child of a dying parent is never created), every writable place emptied (the root is
 # read-only; /workspace, /tmp, $HOME, /dev/shm, /dev/mqueue and SysV IPC are all there is), then checked.
-KILL_ALL = """kill -9 -1 2>/dev/null; kill -9 -1 2>/dev/null
-for ((__i = 0; __i < 300; __i++)); do  # builtins only: the pids limit may still be exhausted here
-  __left=""; for __d in /proc/[0-9]*; do __p=${__d#/proc/}; \
-case $__p in 1|$$) ;; *) [ -e "$__d" ] && __left="$__left $__p";; esac; done
-  [ -z "$__left" ] && break; kill -9 -1 2>/dev/null; sleep 0.01 2>/dev/null
+# Builtins only, and no `sleep`: the pids limit may still be exhausted here, and a fork that fails makes
+# bash retry for up to 15 s. A zombie is dead (PID 1 reaps it), so it is not counted as left.
+_LEFT = """__left=""; for __d in /proc/[0-9]*; do __p=${__d#/proc/}; case "$__spare" in *" $__p "*) continue;; esac
+  read -r __st 2>/dev/null < "$__d/stat" || continue; __st=${__st##*) }; \
+[ "${__st%% *}" = Z ] || __left="$__left $__p"; done"""
+KILL_ALL = """__spare=" 1 $$ "
+kill -9 -1 2>/dev/null; kill -9 -1 2>/dev/null
+for ((__i = 0; __i < 1000; __i++)); do
+  LEFT
+  [ -z "$__left" ] && break; kill -9 -1 2>/dev/null
 done
 cd /workspace
-if [ -z "$__left" ]; then echo "kill: clean"; else echo "kill: left processes[$__left]"; fi"""
+if [ -z "$__left" ]; then echo "kill: clean"; else echo "kill: left processes[$__left]"; fi""".replace("LEFT", _LEFT)
 # The same, sparing the verdict launcher: per-process kills, round after round until nothing else is left
 # (a process forked between two rounds is caught by the next; the pids limit bounds how many there are).
 KILL_ALL_BUT = """__spare=" 1 $$ SPARED "
 __killall() { for __d in /proc/[0-9]*; do __p=${__d#/proc/}; \
 case "$__spare" in *" $__p "*) ;; *) kill -9 $__p 2>/dev/null;; esac; done; }
 __killall; __killall
-for ((__i = 0; __i < 300; __i++)); do
-  __left=""; for __d in /proc/[0-9]*; do __p=${__d#/proc/}; \
-case "$__spare" in *" $__p "*) ;; *) [ -e "$__d" ] && __left="$__left $__p";; esac; done
-  [ -z "$__left" ] && break; __killall; sleep 0.01 2>/dev/null
+for ((__i = 0; __i < 1000; __i++)); do
+  LEFT
+  [ -z "$__left" ] && break; __killall
 done
 cd /workspace
-if [ -z "$__left" ]; then echo "kill: clean"; else echo "kill: left processes[$__left]"; fi"""
+if [ -z "$__left" ]; then echo "kill: clean"; else echo "kill: left processes[$__left]"; fi""".replace("LEFT", _LEFT)
 WIPE = """__dirs="/workspace /tmp $HOME /dev/shm /dev/mqueue"
 [ -w /workspace ] || chmod u+rwx /workspace  # the verifier's read-only workspace, emptied already
 find $__dirs -mindepth 1 -delete 2>/dev/null || \
@@ -368,7 +372,7 @@ class Sandbox:
         kill = KILL_ALL if not self.spared else KILL_ALL_BUT.replace("SPARED", " ".join(map(str, sorted(self.spared))))
         r = self.shell().run(kill + ("\n" + WIPE if wipe else ""), timeout=30)
         if "kill: clean" not in r.stdout or (wipe and "wipe: clean" not in r.stdout):
-            raise SandboxError(f"sandbox {self.name} could not be cleaned: {(r.stdout + r.stderr).strip()[-300:]}",
+            raise SandboxNotClean(f"sandbox {self.name} could not be cleaned: {(r.stdout + r.stderr).strip()[-300:]}",
                                "the sandbox is discarded; a new one is started")
 
     def stop(self, *, removed: bool = False) -> None:
@@ -396,9 +400,15 @@ class Sandbox:
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
         """Copy /workspace back into the host workspace (when one was given and the block ended cleanly),
-        then stop; a copy that fails (the sandbox died) raises SandboxError after the stop."""
+        then stop; a copy that fails (the sandbox died) raises SandboxError after the stop.
+
+        Without a door, whatever is still running is killed first: nothing the agent left changes the tree
+        while it is copied, and a fork bomb it left cannot starve the copy (which would look like the
+        machine's failure). What will not die raises SandboxNotClean: the agent's doing."""
         try:
             if exc_type is None and self.workspace is not None and not self._stopped:
+                if self._door is None:
+                    self.scrub(wipe=False)
                 self.get("/workspace", self.workspace)
         finally:
             self.stop()

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.config import Settings
-from appliance.errors import ApplianceError, NotFoundError, SandboxError, TaskFormatError
+from appliance.errors import ApplianceError, NotFoundError, SandboxError, SandboxNotClean, TaskFormatError
 from appliance.sandbox.sandbox import workspace_bytes
 from appliance.sandbox.transfer import pack_files, reroot, shell_get
 from appliance.schemas import Split, TaskStatus
@@ -196,6 +196,12 @@ def validate_many(settings: Settings, specs: list[TaskSpec], *, parallel: int = 
                             results[i] = Validation(False, stages, f"{TASK_BROKE_VALIDATION}: {e.message}")
                             close(sb)
                             sb = None
+                except SandboxNotClean as e:  # what the task started would not die: its doing
+                    stages.append(Stage("sandbox", False, e.message))
+                    results[i] = Validation(False, stages, f"{TASK_BROKE_VALIDATION}: {e.message}")
+                    if sb is not None:
+                        close(sb)
+                    sb = None
                 except ApplianceError as e:
                     stages.append(Stage("sandbox", False, e.message))
                     results[i] = Validation(False, stages, f"infra: {type(e).__name__}: {e.message}")

@@ -64,6 +64,19 @@ def test_fork_bomb_is_contained(sb: Sandbox, sandbox_settings: Settings) -> None
     assert int(pids) == sandbox_settings.sandbox.pids_limit
 
 
+def test_a_fork_bomb_left_running_does_not_starve_the_copy_out(sandbox_settings: Settings, tmp_path: Path) -> None:
+    # An agent that leaves a bomb outside its command's process group (setsid) must still have its workspace
+    # judged: the copy out used to fail to fork and was recorded as the machine's failure (issue 27).
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with Sandbox.start(sandbox_settings, workspace=ws) as box:
+        r = box.shell().run("echo mine > out.txt; setsid bash -c ':(){ :|:& };:' >/dev/null 2>&1 & sleep 2; echo ok",
+                            timeout=20)
+        assert "ok" in r.stdout or r.timed_out
+    assert (ws / "out.txt").read_text() == "mine\n"
+    assert box.name not in labelled(sandbox_settings)
+
+
 def test_memory_bomb_is_killed_not_the_host(sb: Sandbox) -> None:
     r = sb.exec("python3 -c 'x = bytearray(2 * 1024**3); print(len(x))'", timeout=30)
     assert r.exit_code == 137 and not r.timed_out and "2147483648" not in r.stdout
