@@ -18,30 +18,27 @@ from collections.abc import Callable
 from typing import Any
 
 from appliance.config import Settings
-from appliance.schemas import Split, Task, TaskStatus
+from appliance.schemas import CapabilityReport, Split, Task, TaskStatus
 from appliance.store import Store
 from appliance.tasks import TaskSpec
 from appliance.tasks.compose import compose_round
-from appliance.tasks.difficulty import decide, replay_pool, size_round
+from appliance.tasks.difficulty import Decision, decide, replay_pool, size_round
 from appliance.tasks.families import generate, seed_rng, synthesize
 
 HINTED = "hint" in inspect.signature(synthesize).parameters  # the families' hint ladder (tool, partial)
 
 
-def control(store: Store, run_id: str, iteration: int, families: list[str], report: dict[str, Any],
-            settings: Settings) -> dict[str, Any]:
-    """The report's controller part: {"levels", "mastered", "decisions"}; `report` is this iteration's."""
+def control(store: Store, run_id: str, iteration: int, families: list[str], report: CapabilityReport,
+            settings: Settings) -> dict[str, Decision]:
+    """Each family's move from the last `loop.controller_window` reports; `report` is this iteration's."""
     previous = store.report(run_id, iteration - 1) if iteration > 0 else None
-    before = (previous[0] if previous else {})
-    levels = {f: int((before.get("levels") or {}).get(f, settings.loop.start_level)) for f in families}
-    mastered = {f: int((before.get("mastered") or {}).get(f, 0)) for f in families}
+    before = previous[0] if previous else CapabilityReport()
+    levels = {f: int(before.levels.get(f, settings.loop.start_level)) for f in families}
+    mastered = {f: int(before.mastered.get(f, 0)) for f in families}
     history = [store.report(run_id, i)
                for i in range(max(0, iteration - settings.loop.controller_window + 1), iteration)]
     reports = [h[0] for h in history if h] + [report]
-    decisions = decide(reports, levels, mastered, window=settings.loop.controller_window)
-    return {"levels": {f: d.level for f, d in decisions.items()},
-            "mastered": {f: d.mastered for f, d in decisions.items()},
-            "decisions": {f: d.as_dict() for f, d in decisions.items()}}
+    return decide(reports, levels, mastered, window=settings.loop.controller_window)
 
 
 def synthesize_round(store: Store, settings: Settings, run_id: str, iteration: int, families: list[str],
@@ -53,7 +50,8 @@ def synthesize_round(store: Store, settings: Settings, run_id: str, iteration: i
     ever run in the isolated validation of issue 14: do not turn the setting on before that lands."""
     previous = store.report(run_id, iteration - 1)
     lp = settings.loop
-    levels = {f: int(((previous[0] if previous else {}).get("levels") or {}).get(f, lp.start_level)) for f in families}
+    before = previous[0] if previous else CapabilityReport()
+    levels = {f: int(before.levels.get(f, lp.start_level)) for f in families}
     tasks = store.tasks(run_id, split=Split.TRAIN)
     pool = replay_pool(tasks, levels)
     plan = size_round(families, levels, tasks_per_iteration=lp.tasks_per_iteration, per_family=lp.tasks_per_family,
@@ -61,7 +59,7 @@ def synthesize_round(store: Store, settings: Settings, run_id: str, iteration: i
                       replay_available={f: len(v) for f, v in pool.items()})
     exclude = {t.spec["id"] for t in store.tasks(run_id)}  # held-out and earlier tasks
     made = {"new": 0, "stretch": 0, "replay": 0}
-    decisions = (previous[0] if previous else {}).get("decisions") or {}
+    decisions = before.decisions
     for p in plan:
         # Where the families have the hint ladder: stretch tasks carry a hint, the start of the command when
         # no unhinted request passes at the frontier yet, else the tool's name. A frontier stuck like that
@@ -92,7 +90,7 @@ def synthesize_round(store: Store, settings: Settings, run_id: str, iteration: i
     if lp.propose and generate_text is not None:
         from appliance.tasks.propose import propose_tasks
 
-        specs = propose_tasks(generate_text, previous[0] if previous else None, len(families), levels)
+        specs = propose_tasks(generate_text, before, len(families), levels)
         made["proposal_requests"], made["proposal_parsed"], made["proposed"] = len(families), len(specs), 0
         for spec in specs:
             spec.meta.update(iteration=iteration, round="proposed")

@@ -16,7 +16,7 @@ from typing import Any
 
 from appliance.agent_habits import first_command, habits
 from appliance.lineage import describe_version, start_label
-from appliance.schemas import FailureMode, Outcome, Rollout, TaskStatus
+from appliance.schemas import CapabilityReport, FailureMode, Outcome, Rollout, TaskStatus
 from appliance.store import Store
 from appliance.tasks.difficulty import wilson
 
@@ -49,7 +49,7 @@ def _cells(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]
 
 
 def build_report(store: Store, run_id: str, iteration: int,
-                 generate_text: Callable[[str], str] | None = None) -> tuple[dict[str, Any], str]:
+                 generate_text: Callable[[str], str] | None = None) -> tuple[CapabilityReport, str]:
     evals = store.evals(run_id)
     by_iter: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for e in evals:
@@ -96,39 +96,40 @@ def build_report(store: Store, run_id: str, iteration: int,
         family_rates[family] = sum(c["passed"] for c in levels.values()) / n if n else 0.0
     weak = sorted(family_rates, key=lambda f: family_rates[f])
     valid = [r for r in train_rollouts if r.outcome != Outcome.INFRA_ERROR]
-    report: dict[str, Any] = {
-        "run_id": run_id,
-        "iteration": iteration,
-        "policy_version": current[0]["policy_version"] if current else None,
-        "heldout_pass_at_1": trend[-1]["pass_at_1"] if trend and trend[-1]["iteration"] == iteration else None,
-        "heldout": heldout,
-        "train": train,
-        "train_bare": train_bare,
-        "trend": trend,
-        "failure_modes": dict(modes),
-        "infra_error_rate": (len(train_rollouts) - len(valid)) / len(train_rollouts) if train_rollouts else 0.0,
-        "rollouts": len(train_rollouts),
-        "regressions": regressions,
-        "regressions_within_noise": within_noise,
-        "regression_rule": REGRESSION_RULE,
-        "band": {f: dict(c) for f, c in band.items()},
-        "family_pass_rate": family_rates,
-        "weak_families": weak,
-    }
-    report["model"] = _model(store, run_id, report["policy_version"])
-    report["band_levels"] = band_levels(tasks.values(), iteration)
-    report["capability"] = capability(store, train_rollouts, tasks)
-    report["habits"] = habits(store, train_rollouts)
-    report["demonstrations"] = store.demonstration_counts(run_id)
-    report["devset"] = devset_block(store, run_id, iteration)
+    version = current[0]["policy_version"] if current else None
     proposed = [t for t in tasks.values() if t.source == "self_proposed" and t.split == "train"]
-    report["self_proposal"] = {"proposed": len(proposed), **Counter(str(t.status) for t in proposed)}
-    report["analysis"] = _analysis(report, generate_text)
-    operations = {op for cells in report["capability"].values() for c in cells.values() for op in c["operations"]}
-    verdict = analysis_quality(report["analysis"], sorted({*report["capability"], *family_rates, *operations}))
-    if generate_text is not None and verdict and not report["analysis"].startswith("("):
-        report["analysis_withheld"] = {"text": report["analysis"][:500], "why": verdict}
-        report["analysis"] = f"(the policy's analysis was withheld: {verdict})"
+    report = CapabilityReport(
+        run_id=run_id,
+        iteration=iteration,
+        policy_version=version,
+        heldout_pass_at_1=trend[-1]["pass_at_1"] if trend and trend[-1]["iteration"] == iteration else None,
+        heldout=heldout,
+        train=train,
+        train_bare=train_bare,
+        trend=trend,
+        failure_modes=dict(modes),
+        infra_error_rate=(len(train_rollouts) - len(valid)) / len(train_rollouts) if train_rollouts else 0.0,
+        rollouts=len(train_rollouts),
+        regressions=regressions,
+        regressions_within_noise=within_noise,
+        regression_rule=REGRESSION_RULE,
+        band={f: dict(c) for f, c in band.items()},
+        family_pass_rate=family_rates,
+        weak_families=weak,
+        model=_model(store, run_id, version),
+        band_levels=band_levels(tasks.values(), iteration),
+        capability=capability(store, train_rollouts, tasks),
+        habits=habits(store, train_rollouts),
+        demonstrations=store.demonstration_counts(run_id),
+        devset=devset_block(store, run_id, iteration),
+        self_proposal={"proposed": len(proposed), **Counter(str(t.status) for t in proposed)},
+    )
+    report.analysis = _analysis(report, generate_text)
+    operations = {op for cells in report.capability.values() for c in cells.values() for op in c["operations"]}
+    verdict = analysis_quality(report.analysis, sorted({*report.capability, *family_rates, *operations}))
+    if generate_text is not None and verdict and not report.analysis.startswith("("):
+        report.analysis_withheld = {"text": report.analysis[:500], "why": verdict}
+        report.analysis = f"(the policy's analysis was withheld: {verdict})"
     return report, render_markdown(report)
 
 
@@ -235,11 +236,11 @@ def analysis_quality(text: str, names: list[str]) -> str | None:
     return None
 
 
-def _analysis(report: dict[str, Any], generate_text: Callable[[str], str] | None) -> str:
+def _analysis(report: CapabilityReport, generate_text: Callable[[str], str] | None) -> str:
     if generate_text is None:
         return "(no analysis: the policy was not available to write one)"
-    summary = ", ".join(f"{f} {r:.0%}" for f, r in report["family_pass_rate"].items()) or "no tasks yet"
-    modes = ", ".join(f"{m} {n}" for m, n in report["failure_modes"].items()) or "none"
+    summary = ", ".join(f"{f} {r:.0%}" for f, r in report.family_pass_rate.items()) or "no tasks yet"
+    modes = ", ".join(f"{m} {n}" for m, n in report.failure_modes.items()) or "none"
     prompt = (f"You are an agent reviewing your own practice results.\nPass rate per task family: {summary}.\n"
               f"Failure counts: {modes}.\nIn two sentences, say what you are weakest at and what to practise next.")
     try:
@@ -248,20 +249,20 @@ def _analysis(report: dict[str, Any], generate_text: Callable[[str], str] | None
         return f"(no analysis: {e})"
 
 
-def render_markdown(report: dict[str, Any]) -> str:
-    lines = [f"# Capability report — iteration {report['iteration']}", ""]
-    model = report.get("model")
+def render_markdown(report: CapabilityReport) -> str:
+    lines = [f"# Capability report — iteration {report.iteration}", ""]
+    model = report.model
     if model:  # reports saved before lineages were recorded have no model block
         base = f"{model['base']} (lineage {model['lineage']}, {model['base_hash']})" if model["base"] \
             else "not recorded"
         lines += [f"**Model:** {model['describe']} · base {base} · the run started from {model['start']}  "]
-    p = report["heldout_pass_at_1"]
+    p = report.heldout_pass_at_1
     lines.append(f"**Held-out pass@1:** {'n/a' if p is None else f'{p:.1%}'}  ")
-    lines.append("**Trend:** " + (" → ".join(f"{t['pass_at_1']:.1%}" for t in report["trend"]) or "n/a") + "  ")
+    lines.append("**Trend:** " + (" → ".join(f"{t['pass_at_1']:.1%}" for t in report.trend) or "n/a") + "  ")
     lines += render_devset(report)[:1]
-    lines.append(f"**Infra-error rate:** {report['infra_error_rate']:.1%} of {report['rollouts']} rollouts")
-    for title, key in (("Held-out pass@1 by family × difficulty", "heldout"), ("Practice pass rate", "train")):
-        table = report[key]
+    lines.append(f"**Infra-error rate:** {report.infra_error_rate:.1%} of {report.rollouts} rollouts")
+    for title, table in (("Held-out pass@1 by family × difficulty", report.heldout),
+                         ("Practice pass rate", report.train)):
         if not table:
             continue
         levels = sorted({lvl for cells in table.values() for lvl in cells}, key=int)
@@ -271,10 +272,10 @@ def render_markdown(report: dict[str, Any]) -> str:
             cells = [table[family].get(lvl) for lvl in levels]
             lines.append(f"| {family} | " + " | ".join(
                 f"{c['passed']}/{c['n']}" if c else "" for c in cells) + " |")
-    if report["failure_modes"]:
+    if report.failure_modes:
         lines += ["", "## Failure modes", ""]
-        lines += [f"- {m}: {n}" for m, n in sorted(report["failure_modes"].items(), key=lambda kv: -kv[1])]
-    h = report.get("habits") or {}
+        lines += [f"- {m}: {n}" for m, n in sorted(report.failure_modes.items(), key=lambda kv: -kv[1])]
+    h = report.habits
     if h.get("episodes"):
         after = (f"{h['done_after_error']} of {h['turns_after_error']} turns right after a failed command said DONE"
                  if h["turns_after_error"] else "no command failed")
@@ -282,19 +283,19 @@ def render_markdown(report: dict[str, Any]) -> str:
                   f"- {h['commands_mean']:.1f} commands per episode; {h['only_looks']} of {h['episodes']} episodes "
                   "only looked (ls, cat, head, ...) and never acted", f"- {after}"]
     lines += render_regressions(report)
-    if report["band"]:
+    if report.band:
         lines += ["", "## Learnable band", ""]
         lines += [f"- {f}: " + ", ".join(f"{k} {v}" for k, v in sorted(c.items()))
-                  for f, c in sorted(report["band"].items())]
+                  for f, c in sorted(report.band.items())]
     lines += render_curriculum(report)
-    lines += ["", "## Weakest families", "", ", ".join(report["weak_families"][:5]) or "n/a",
-              "", "## The policy's own analysis", "", report["analysis"], ""]
+    lines += ["", "## Weakest families", "", ", ".join(report.weak_families[:5]) or "n/a",
+              "", "## The policy's own analysis", "", report.analysis, ""]
     return "\n".join(lines)
 
 
-def render_regressions(report: dict[str, Any]) -> list[str]:
+def render_regressions(report: CapabilityReport) -> list[str]:
     """The held-out cells that went down: regressions beyond noise, and how many drops were within it."""
-    found, noise = report["regressions"], report.get("regressions_within_noise") or []
+    found, noise = report.regressions, report.regressions_within_noise
     if not found and not noise:
         return []
 
@@ -306,7 +307,7 @@ def render_regressions(report: dict[str, Any]) -> list[str]:
         return (f"{r['family']} L{r['difficulty']}: {bp}/{bn} [{blo:.0%}, {bhi:.0%}] → "
                 f"{ap}/{an} [{alo:.0%}, {ahi:.0%}]")
 
-    lines = ["", "## Regressions", "", f"Rule: {report.get('regression_rule') or REGRESSION_RULE}.", ""]
+    lines = ["", "## Regressions", "", f"Rule: {report.regression_rule or REGRESSION_RULE}.", ""]
     lines += [f"- {cell(r)}" for r in found] or ["- none beyond noise"]
     if noise:
         lines += ["", f"Within noise: {len(noise)} cell(s) went down by less than the intervals can tell: "
@@ -314,10 +315,10 @@ def render_regressions(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def render_curriculum(report: dict[str, Any]) -> list[str]:
+def render_curriculum(report: CapabilityReport) -> list[str]:
     """The report's sections on held-out intervals, the controller's decisions, demonstrations and capability."""
     lines: list[str] = []
-    ev = report.get("evaluation")
+    ev = report.evaluation
     if ev and ev.get("n"):
         lines += ["", "## Held-out pass@1 with 95 % interval", "",
                   f"{ev['pass_at_1']:.1%} [{ev['low']:.1%}, {ev['high']:.1%}] over {ev['n']} rollouts "
@@ -325,15 +326,15 @@ def render_curriculum(report: dict[str, Any]) -> list[str]:
         for level, c in sorted((ev.get("by_level") or {}).items()):
             lines.append(f"- L{level}: {c['passed']}/{c['n']} = {c['pass_at_1']:.0%} [{c['low']:.0%}, {c['high']:.0%}]")
     lines += render_devset(report)[1:]
-    if report.get("decisions"):
+    if report.decisions:
         lines += ["", "## Controller decisions", ""]
-        lines += [f"- {f}: {d['reason']}" for f, d in sorted(report["decisions"].items())]
-    if (report.get("self_proposal") or {}).get("proposed"):
-        lines += ["", "## Self-proposal", "", ", ".join(f"{k} {v}" for k, v in report["self_proposal"].items())]
-    if report.get("demonstrations"):
+        lines += [f"- {f}: {d['reason']}" for f, d in sorted(report.decisions.items())]
+    if report.self_proposal.get("proposed"):
+        lines += ["", "## Self-proposal", "", ", ".join(f"{k} {v}" for k, v in report.self_proposal.items())]
+    if report.demonstrations:
         lines += ["", "## Demonstrations", "",
-                  ", ".join(f"{k} {v}" for k, v in sorted(report["demonstrations"].items()))]
-    cap = report.get("capability") or {}
+                  ", ".join(f"{k} {v}" for k, v in sorted(report.demonstrations.items()))]
+    cap = report.capability
     if cap:
         lines += ["", "## Capability by family and level (computed)", ""]
         for family in sorted(cap):
@@ -380,9 +381,9 @@ def devset_block(store: Store, run_id: str, iteration: int) -> dict[str, Any] | 
             "k": int(series["dev_k"].get(iteration, 1)), "by_category": by_category, "trend": trend}
 
 
-def render_devset(report: dict[str, Any]) -> list[str]:
+def render_devset(report: CapabilityReport) -> list[str]:
     """A headline line (first) and a section: the dev set's pass@1 with its interval, per category, trend."""
-    dev = report.get("devset")
+    dev = report.devset
     if not dev or not dev.get("n"):
         return []
     said = f"{dev['pass_at_1']:.1%} [{dev['low']:.1%}, {dev['high']:.1%}]"

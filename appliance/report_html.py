@@ -21,16 +21,16 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any
 
 from appliance.charts import Chart, devset_chart, heldout_charts, training_charts
 from appliance.errors import ApplianceError
+from appliance.schemas import CapabilityReport
 from appliance.store import Store
 
 MAX_MARKERS = 80  # a series with more points is drawn as a line alone: thousands of circles help nobody
 
 
-def write_html(store: Store, run_id: str, report: dict[str, Any], markdown: str, path: Path) -> Path:
+def write_html(store: Store, run_id: str, report: CapabilityReport, markdown: str, path: Path) -> Path:
     """Write the page for one stored report to `path` (atomically); returns the resolved path."""
     path = Path(path).expanduser()
     if path.is_dir():
@@ -49,8 +49,8 @@ def write_html(store: Store, run_id: str, report: dict[str, Any], markdown: str,
     return path.resolve()
 
 
-def render_page(store: Store, run_id: str, report: dict[str, Any], markdown: str) -> str:
-    iteration = report.get("iteration")  # None (a report without it): the whole curve
+def render_page(store: Store, run_id: str, report: CapabilityReport, markdown: str) -> str:
+    iteration = report.iteration  # None (a report without it): the whole curve
     head, _, body = markdown.partition("\n## ")
     body = "## " + body if body else ""
     curve, families, levels = heldout_charts(store, run_id, iteration)

@@ -56,9 +56,8 @@ def report(home: Path) -> int:
     latest = store.report(run.id)
     if latest:
         rep = latest[0]
-        print("levels:", json.dumps(rep.get("levels")), "mastered:", json.dumps(rep.get("mastered")))
-        print("demonstrations:", json.dumps(rep.get("demonstrations")),
-              "self-proposal:", json.dumps(rep.get("self_proposal")))
+        print("levels:", json.dumps(rep.levels), "mastered:", json.dumps(rep.mastered))
+        print("demonstrations:", json.dumps(rep.demonstrations), "self-proposal:", json.dumps(rep.self_proposal))
     for it in sorted({i.index for i in store.iterations(run.id)}):
         h = habits(store, store.rollouts(run.id, iteration=it, purpose="train"))
         if h["episodes"]:

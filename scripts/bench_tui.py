@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from appliance.schemas import (
+    CapabilityReport,
     Event,
     IterationStatus,
     ModelCall,
@@ -67,8 +68,8 @@ def fill_big(store: Store, n_rollouts: int, calls_per_rollout: int) -> None:
         if it < ITERATIONS - 1:
             store.set_iteration_phase(run, it, Phase.DONE)
             store.set_iteration_status(run, it, IterationStatus.DONE)
-            store.save_report(run, it, {}, f"# report {it}\n\n" + "\n".join(f"- line {j}: {rng.random():.3f}"
-                                                                              for j in range(200)))
+            lines = "\n".join(f"- line {j}: {rng.random():.3f}" for j in range(200))
+            store.save_report(run, it, CapabilityReport(), f"# report {it}\n\n{lines}")
         for f in families:
             store.set_eval(run, it, it, f, 1, 20, rng.randrange(21))
     outcomes = list(Outcome)

@@ -39,7 +39,8 @@ ROOMS = [
     Room(1, ("config",), "one settings tree: `appliance.toml` + `APPLIANCE_*` env, profiles `cpu` and `gpu` "
                          "(`settings`: the sections and their help texts; `loading`: file, profile, env, errors)"),
     Room(1, ("schemas",), "typed records, enums and allowed state transitions (run, iteration, task, rollout, "
-                          "model call, sample, engine state, outcome)"),
+                          "model call, sample, engine state, outcome); `report`: the capability report as one "
+                          "record, read tolerantly from any build's stored JSON"),
     Room(2, ("store",), "the only place with SQL: SQLite (WAL) through sqlite-utils; `Store` composed from one "
                         "module per concern (`db` connections and transactions, `schema` migrations, `records` row "
                         "mapping, `runs`, `tasks`, `rollouts`, `events`, `results`, `lineage`, `demonstrations`)"),

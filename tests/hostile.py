@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from appliance.schemas import (
+    CapabilityReport,
     ControlCommand,
     EngineState,
     Event,
@@ -45,7 +46,7 @@ def seed_hostile(store: Store) -> None:
     store.set_engine_state(EngineState.SERVING, policy_version=0)
     store.start_iteration(RUN, 0, policy_version=0)
     store.set_iteration_status(RUN, 0, IterationStatus.DONE)
-    store.save_report(RUN, 0, {"iteration": 0}, "# Report\n\nnothing yet\n")
+    store.save_report(RUN, 0, CapabilityReport(iteration=0), "# Report\n\nnothing yet\n")
     store.start_iteration(RUN, 1, policy_version=0)
     store.set_iteration_phase(RUN, 1, Phase.PRACTISE)
     store.add_event(Event("phase", str(Phase.PRACTISE), RUN, {"iteration": 1}))
@@ -70,7 +71,7 @@ def seed_hostile(store: Store) -> None:
     seq = prompt + reply + observation + [6]
     store.add_samples([Sample(ROLLOUT, "g-hostile", 0, seq, [0] * 4 + [1] * 3 + [0] * 3 + [1], [0.0] * len(seq),
                               0, 0.0)])
-    store.save_report(RUN, 1, {"iteration": 1}, f"# Report\n\n{HOSTILE}\n\n- analysis: {BRACKETS}\n")
+    store.save_report(RUN, 1, CapabilityReport(iteration=1), f"# Report\n\n{HOSTILE}\n\n- analysis: {BRACKETS}\n")
     control = store.request_control(RUN, ControlCommand.PAUSE)
     store.ack_control(control.id, f"refused: {HOSTILE}")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from appliance.schemas import (
+    CapabilityReport,
     EngineState,
     Event,
     IterationStatus,
@@ -51,7 +52,7 @@ def record_run(store: Store, run_id: str = "demo", *, t0: float = T0) -> str:
             store.set_iteration_status(run_id, idx, IterationStatus.DONE)
             for family, base in (("files", 0.5), ("shell", 0.2), ("git", 0.1)):
                 store.set_eval(run_id, idx, idx, family, 1, 10, round(10 * (base + 0.15 * idx)))
-            store.save_report(run_id, idx, {"iteration": idx}, report_markdown(idx))
+            store.save_report(run_id, idx, CapabilityReport(iteration=idx), report_markdown(idx))
     store.add_event(Event("error", "sandbox r-2-1-3 died: OOM", run_id, {"iteration": 2}, created_at=t - 100))
     store.add_event(Event("info", "practise: 24 rollouts, 2 infra errors", run_id, {"iteration": 2}, 250.0,
                           created_at=t - 95))

@@ -56,13 +56,14 @@ def test_config_lists_keys_with_help(tmp_path: Path) -> None:
 
 
 def test_report_prints_markdown_json_and_explains_a_missing_one(tmp_path: Path) -> None:
+    from appliance.schemas import CapabilityReport
     from appliance.store import Store
 
     store = Store(tmp_path / "appliance.db")
     store.create_run("r1", {})
-    store.save_report("r1", 0, {"heldout_pass_at_1": 0.5}, "# Capability report — iteration 0")
+    store.save_report("r1", 0, CapabilityReport(heldout_pass_at_1=0.5), "# Capability report — iteration 0")
     assert "iteration 0" in run(["report"], tmp_path).output
-    assert json.loads(run(["report", "0", "--json"], tmp_path).output) == {"heldout_pass_at_1": 0.5}
+    assert json.loads(run(["report", "0", "--json"], tmp_path).output)["heldout_pass_at_1"] == 0.5
     r = CliRunner().invoke(main, ["report", "3"], env={"APPLIANCE_HOME": str(tmp_path)})
     assert r.exit_code == 1 and "no report for iteration 3" in r.output
 

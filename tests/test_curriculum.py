@@ -10,7 +10,7 @@ from appliance.config import Settings
 from appliance.curriculum import control, synthesize_round
 from appliance.loop import Loop
 from appliance.phases.diagnose import diagnose
-from appliance.schemas import Outcome, Rollout, RolloutStatus, Split, TaskStatus
+from appliance.schemas import CapabilityReport, Outcome, Rollout, RolloutStatus, Split, TaskStatus
 from appliance.store import Store
 
 FAMS = ["files", "text", "data"]
@@ -47,7 +47,7 @@ def test_iteration_0_plans_and_families_climb_with_replay(settings: Settings, st
     settings.loop.start_level = 1  # the climb from the spelled-out level (a loop without demonstrations)
     diagnose(lp.context, 0)  # the baseline plans too
     report0, md0 = store.report(run, 0)
-    assert report0["levels"] == {f: 1 for f in FAMS} and set(report0["decisions"]) == set(FAMS)
+    assert report0.levels == {f: 1 for f in FAMS} and set(report0.decisions) == set(FAMS)
     assert "## Controller decisions" in md0
 
     store.start_iteration(run, 1, 0)
@@ -61,12 +61,12 @@ def test_iteration_0_plans_and_families_climb_with_replay(settings: Settings, st
     practise(store, run, 1, {"files": 4, "text": 2, "data": 0})
     diagnose(lp.context, 1)
     report1, md1 = store.report(run, 1)
-    assert report1["levels"] == {"files": 2, "text": 1, "data": 1}
-    assert report1["mastered"] == {"files": 1, "text": 0, "data": 0}
-    assert "moves up to L2" in report1["decisions"]["files"]["reason"]
-    assert "nothing passes yet" in report1["decisions"]["data"]["reason"]
-    assert report1["band_levels"]["files"]["1"] == {"too_easy": 3}
-    assert report1["capability"]["text"]["1"]["passed"] == 6
+    assert report1.levels == {"files": 2, "text": 1, "data": 1}
+    assert report1.mastered == {"files": 1, "text": 0, "data": 0}
+    assert "moves up to L2" in report1.decisions["files"]["reason"]
+    assert "nothing passes yet" in report1.decisions["data"]["reason"]
+    assert report1.band_levels["files"]["1"] == {"too_easy": 3}
+    assert report1.capability["text"]["1"]["passed"] == 6
 
     store.start_iteration(run, 2, 0)
     made = synthesize_round(store, settings, run, 2, FAMS)
@@ -79,10 +79,11 @@ def test_iteration_0_plans_and_families_climb_with_replay(settings: Settings, st
 
     # a failing frontier is never sent back below what was mastered
     store.start_iteration(run, 3, 0)
-    report2 = {"iteration": 2, "train": {"files": {"2": {"n": 12, "passed": 0, "pass_rate": 0.0}}}}
-    store.save_report(run, 2, {**report1, "iteration": 2}, "")
+    report2 = CapabilityReport(iteration=2, train={"files": {"2": {"n": 12, "passed": 0, "pass_rate": 0.0}}})
+    report1.iteration = 2
+    store.save_report(run, 2, report1, "")
     out = control(store, run, 3, FAMS, report2, settings)
-    assert out["levels"]["files"] == 2 and out["mastered"]["files"] == 1
+    assert out["files"].level == 2 and out["files"].mastered == 1
 
 
 def test_a_run_starts_at_level_2_and_climbs_a_stuck_frontier_by_hinted_rungs(settings: Settings,
@@ -91,7 +92,7 @@ def test_a_run_starts_at_level_2_and_climbs_a_stuck_frontier_by_hinted_rungs(set
     run = lp.run.id
     settings.loop.tasks_per_family = 4  # 1 stretch, 3 new (no replay yet)
     diagnose(lp.context, 0)
-    assert store.report(run, 0)[0]["levels"] == {f: 2 for f in FAMS}  # loop.start_level's default
+    assert store.report(run, 0)[0].levels == {f: 2 for f in FAMS}  # loop.start_level's default
 
     store.start_iteration(run, 1, 0)
     synthesize_round(store, settings, run, 1, FAMS)
@@ -118,10 +119,10 @@ def test_a_run_starts_at_level_2_and_climbs_a_stuck_frontier_by_hinted_rungs(set
         record_band(store, t.id, wins, 4)
     diagnose(lp.context, 1)
     report1, _ = store.report(run, 1)
-    assert report1["train"]["files"]["2"]["passed"] == 6 and report1["train_bare"]["files"]["2"]["passed"] == 2
-    assert report1["band_levels"]["files"]["2"] == {"learnable": 2}  # the hinted task's too_easy is not counted
-    assert report1["levels"]["files"] == 2 and report1["mastered"]["files"] == 0
-    assert "2/8 unhinted practice rollouts at L2" in report1["decisions"]["files"]["reason"]
+    assert report1.train["files"]["2"]["passed"] == 6 and report1.train_bare["files"]["2"]["passed"] == 2
+    assert report1.band_levels["files"]["2"] == {"learnable": 2}  # the hinted task's too_easy is not counted
+    assert report1.levels["files"] == 2 and report1.mastered["files"] == 0
+    assert "2/8 unhinted practice rollouts at L2" in report1.decisions["files"]["reason"]
     # text's bare tasks all failed: still stuck, so its next round is hinted again; files' is not
     store.start_iteration(run, 2, 0)
     synthesize_round(store, settings, run, 2, FAMS)
@@ -202,20 +203,20 @@ def test_one_climbing_iteration_through_the_real_phases(sandbox_settings: Settin
     demos = store.demonstrations(run)
     assert {d.origin for d in demos} == {"reference"} and any(d.difficulty == 2 for d in demos)
     report, md = store.report(run, 1)
-    assert report["evaluation"]["n"] == 2 and report["evaluation"]["k"] == 2  # one held-out task x k=2
-    assert "files" in report["decisions"] and "## Controller decisions" in md
+    assert report.evaluation["n"] == 2 and report.evaluation["k"] == 2  # one held-out task x k=2
+    assert "files" in report.decisions and "## Controller decisions" in md
     events = [e.message for e in store.events(run)]
     assert any("warm-start SFT on" in m for m in events), events
     rollouts = store.rollouts(run, iteration=1, purpose="train")
     if warmstart_first:  # nothing practised before the warm-start: the report has no practice to show
         assert not rollouts and any("the warm-start SFT comes first" in m for m in events), events
-        assert "3" not in report["capability"].get("files", {})  # no practice (only held-out L2)
+        assert "3" not in report.capability.get("files", {})  # no practice (only held-out L2)
         store.close()
         return
     # practice at the start level (L2) and the stretch level: every reference passes, `ln -s` included
     failed = [(r.id, r.purpose, r.status, r.outcome, r.error) for r in store.rollouts(run) if r.outcome != "success"]
     for level in ("2", "3"):
-        cell = report["capability"]["files"][level]
+        cell = report.capability["files"][level]
         assert cell["passed"] == cell["n"] > 0, (level, cell, failed)
     assert rollouts and all(r.outcome == "success" for r in rollouts), failed
     store.close()

@@ -27,20 +27,20 @@ def test_report_counts_pass_rates_modes_trend_and_regressions(store: Store) -> N
 
     calls = []
     report, md = build_report(store, "r", 1, generate_text=lambda p: calls.append(p) or "I am weak at files.")
-    assert report["heldout_pass_at_1"] == 8 / 20
-    assert [t["pass_at_1"] for t in report["trend"]] == [7 / 20, 8 / 20]
-    assert report["train"]["files"]["1"] == {"n": 3, "passed": 1, "pass_rate": 1 / 3}  # infra excluded
-    assert report["failure_modes"] == {"wrong_answer": 1, "turn_limit": 1, "infra:sandbox": 1}
-    assert report["infra_error_rate"] == 0.25
+    assert report.heldout_pass_at_1 == 8 / 20
+    assert [t["pass_at_1"] for t in report.trend] == [7 / 20, 8 / 20]
+    assert report.train["files"]["1"] == {"n": 3, "passed": 1, "pass_rate": 1 / 3}  # infra excluded
+    assert report.failure_modes == {"wrong_answer": 1, "turn_limit": 1, "infra:sandbox": 1}
+    assert report.infra_error_rate == 0.25
     # text went 2/10 -> 1/10: its intervals overlap, so it is noise, not a finding
-    assert report["regressions"] == []
-    [drop] = report["regressions_within_noise"]
+    assert report.regressions == []
+    [drop] = report.regressions_within_noise
     assert (drop["family"], drop["before"], drop["after"]) == ("text", 0.2, 0.1)
     assert drop["before_counts"] == [2, 10] and drop["after_counts"] == [1, 10]
     # practice alone ranks the families: text's poor held-out cells never steer the curriculum
-    assert report["weak_families"] == ["files"] and report["family_pass_rate"] == {"files": 1 / 3}
-    assert report["band"] == {"files": {"learnable": 1}}
-    assert report["analysis"] == "I am weak at files." and "files" in calls[0]
+    assert report.weak_families == ["files"] and report.family_pass_rate == {"files": 1 / 3}
+    assert report.band == {"files": {"learnable": 1}}
+    assert report.analysis == "I am weak at files." and "files" in calls[0]
     assert "Held-out pass@1:** 40.0%" in md and "| files | 7/10 |" in md
 
 
@@ -54,11 +54,11 @@ def test_only_drops_beyond_noise_are_regressions(store: Store) -> None:
         store.set_eval("r", 1, 1, family, 2, n, after[family])
     report, md = build_report(store, "r", 1)
     # 4/4 -> 0/4 and 9/10 -> 1/10 clear the noise; 1/4 -> 0/4 and 3/4 -> 0/4 are what 4 samples give; d went up
-    assert [r["family"] for r in report["regressions"]] == ["a", "e"]
-    assert [r["family"] for r in report["regressions_within_noise"]] == ["b", "c"]
-    a = report["regressions"][0]
+    assert [r["family"] for r in report.regressions] == ["a", "e"]
+    assert [r["family"] for r in report.regressions_within_noise] == ["b", "c"]
+    a = report.regressions[0]
     assert a["after_interval"][1] < a["before_interval"][0]
-    assert "Wilson" in report["regression_rule"] and f"Rule: {report['regression_rule']}." in md
+    assert "Wilson" in report.regression_rule and f"Rule: {report.regression_rule}." in md
     assert "- a L2: 4/4 [51%, 100%] → 0/4 [0%, 49%]" in md
     assert "Within noise: 2 cell(s)" in md and "b L2: 1/4" in md
 
@@ -68,7 +68,7 @@ def test_no_drops_no_regressions_section(store: Store) -> None:
     store.set_eval("r", 0, 0, "files", 2, 4, 1)
     store.set_eval("r", 1, 1, "files", 2, 4, 1)
     report, md = build_report(store, "r", 1)
-    assert report["regressions"] == report["regressions_within_noise"] == []
+    assert report.regressions == report.regressions_within_noise == []
     assert "## Regressions" not in md
 
 
@@ -79,8 +79,8 @@ def test_a_verifier_timeout_is_its_own_mode_and_still_the_agents_failure(store: 
     _finish(store, "a", "t1", Outcome.FAILURE, FailureMode.VERIFIER_TIMEOUT.reason("verifier failed"))
     _finish(store, "b", "t1", Outcome.FAILURE, FailureMode.WRONG_ANSWER.reason("verifier failed"))
     report, md = build_report(store, "r", 1)
-    assert report["failure_modes"] == {"verifier_timeout": 1, "wrong_answer": 1}
-    assert report["train"]["script"]["1"]["n"] == 2 and report["infra_error_rate"] == 0.0  # not an infra error
+    assert report.failure_modes == {"verifier_timeout": 1, "wrong_answer": 1}
+    assert report.train["script"]["1"]["n"] == 2 and report.infra_error_rate == 0.0  # not an infra error
     assert "- verifier_timeout: 1" in md
 
 
@@ -91,7 +91,7 @@ def test_analysis_failure_does_not_break_the_report(store: Store) -> None:
         raise RuntimeError("engine sleeping")
 
     report, md = build_report(store, "r", 0, generate_text=busy)
-    assert report["heldout_pass_at_1"] is None and "engine sleeping" in report["analysis"]
+    assert report.heldout_pass_at_1 is None and "engine sleeping" in report.analysis
     assert "n/a" in md
 
 
@@ -190,7 +190,7 @@ def test_habits_count_done_right_after_a_failed_command_and_episodes_that_only_l
     episode("c", Outcome.FAILURE, [("```bash\nls -la\n```", 0), ("```bash\nhead -n 5 x | wc -l\n```", 0),
                                    ("DONE", None)])
     report, md = build_report(store, "r", 1)
-    assert report["habits"] == {"episodes": 3, "commands_mean": 5 / 3, "only_looks": 1, "turns_after_error": 2,
+    assert report.habits == {"episodes": 3, "commands_mean": 5 / 3, "only_looks": 1, "turns_after_error": 2,
                                 "done_after_error": 1}
     assert "1 of 2 turns right after a failed command said DONE" in md and "1 of 3 episodes only looked" in md
     assert is_look("find . -name '*.txt'") and not is_look("find . -name '*.tmp' -delete")

@@ -120,7 +120,8 @@ def test_the_dev_set_is_evaluated_whole_at_baseline_per_category(settings: Setti
     from appliance.diagnosis import build_report
 
     report, markdown = build_report(store, "r", 0)
-    dev = report["devset"]
+    dev = report.devset
+    assert dev is not None
     assert (dev["pass_at_1"], dev["low"], dev["high"], dev["n"], dev["k"]) == (result.pass_at_1, result.low,
                                                                                  result.high, result.n, k)
     assert dev["by_category"]["chore"]["pass_at_1"] == 1.0 and dev["by_category"]["git"]["high"] < 0.5

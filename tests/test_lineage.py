@@ -189,7 +189,7 @@ def test_reports_and_status_name_the_model(settings, store, tmp_path: Path) -> N
     store.start_iteration(second.id, 0, 1)
     store.set_eval(second.id, 0, 1, "files", 1, 4, 2)
     report, markdown = build_report(store, second.id, 0)
-    assert report["model"]["start"] == "v1, from run run-1 iteration 1" and report["model"]["base"] == "Base"
+    assert report.model["start"] == "v1, from run run-1 iteration 1" and report.model["base"] == "Base"
     assert "**Model:** v1, from run run-1 iteration 1 · base Base (lineage 1" in markdown
     status = read_status(settings)
     assert status["model"]["base"] == "Base" and status["model"]["policy_version"] == 1

@@ -8,6 +8,7 @@ import pytest
 
 from appliance.errors import NotFoundError, StoreError, TransitionError
 from appliance.schemas import (
+    CapabilityReport,
     EngineState,
     Event,
     ModelCall,
@@ -228,12 +229,29 @@ def test_evals_and_reports_are_replaced_not_duplicated(store: Store) -> None:
     store.set_eval("r", 0, 0, "files", 1, 10, 3)
     assert store.evals("r") == [{"iteration": 0, "policy_version": 0, "family": "files", "difficulty": 1, "n": 10,
                                  "passed": 3}]
-    store.save_report("r", 0, {"a": 1}, "# one")
-    store.save_report("r", 0, {"a": 2}, "# two")
-    store.save_report("r", 1, {"a": 3}, "# three")
-    assert store.report("r", 0) == ({"a": 2}, "# two")
-    assert store.report("r") == ({"a": 3}, "# three")
+    store.save_report("r", 0, CapabilityReport(iteration=0, rollouts=1), "# one")
+    store.save_report("r", 0, CapabilityReport(iteration=0, rollouts=2), "# two")
+    store.save_report("r", 1, CapabilityReport(iteration=1, rollouts=3), "# three")
+    assert store.report("r", 0) == (CapabilityReport(iteration=0, rollouts=2), "# two")
+    assert store.report("r") == (CapabilityReport(iteration=1, rollouts=3), "# three")
     assert store.report("r", 7) is None
+
+
+def test_a_report_stored_by_another_build_is_read_and_saved_back_whole(store: Store) -> None:
+    # An older build's report lacks fields (and held null where a table belongs); a newer one has keys this
+    # build does not know: both are read, and saving the record back loses nothing.
+    store.create_run("r", {})
+    with store.write() as c:
+        c.execute("INSERT INTO reports (run_id, iteration, json, markdown, created_at) VALUES (?,?,?,?,?)",
+                  ("r", 0, '{"iteration": 0, "train": {"files": {"1": {"n": 4, "passed": 1}}}, "habits": null, '
+                           '"from_a_newer_build": [1, 2]}', "# old", 0.0))
+    report, _ = store.report("r", 0) or (None, "")
+    assert report is not None and report.train["files"]["1"]["n"] == 4
+    assert report.habits == {} and report.train_bare is None and report.levels == {}
+    assert report.extra == {"from_a_newer_build": [1, 2]}
+    store.save_report("r", 0, report, "# old")
+    again, _ = store.report("r", 0) or (None, "")
+    assert again == report and again is not None and again.as_dict()["from_a_newer_build"] == [1, 2]
 
 
 def test_backup_is_a_consistent_copy_taken_while_writing(store: Store, tmp_path: Path) -> None:

@@ -38,7 +38,7 @@ def report(ctx: click.Context, iteration: int | None, run_id: str | None, as_jso
         if html_path is not None:
             click.echo(f"wrote {write_html(store, run.id, data, markdown, html_path)}")
             return
-    echo(json.dumps(data, indent=2) if as_json else markdown)
+    echo(json.dumps(data.as_dict(), indent=2) if as_json else markdown)
 
 
 @main.command()

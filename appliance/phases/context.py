@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from appliance.config import Settings
 from appliance.demonstrations import ChatTokenizer, chat_tokenizer
 from appliance.errors import Interrupted
 from appliance.practice import Practice
-from appliance.schemas import Event, Split, Task, TaskStatus
+from appliance.schemas import CapabilityReport, Event, Split, Task, TaskStatus
 from appliance.seams import Engine
 from appliance.store import Store
 
@@ -45,13 +44,13 @@ class PhaseContext:
     def iteration_tasks(self, index: int, status: TaskStatus | None = None) -> list[Task]:
         return self.store.tasks(self.run_id, split=Split.TRAIN, status=status, iteration=index)
 
-    def previous_report(self, index: int) -> dict[str, Any] | None:
+    def previous_report(self, index: int) -> CapabilityReport | None:
         found = self.store.report(self.run_id, index - 1) if index > 0 else None
         return found[0] if found else None
 
     def levels_after(self, index: int) -> dict[str, int]:
         """Each family's level as the report before iteration `index` left it (`loop.start_level` if none)."""
-        levels = (self.previous_report(index) or {}).get("levels") or {}
+        levels = (self.previous_report(index) or CapabilityReport()).levels
         return {f: int(levels.get(f, self.settings.loop.start_level)) for f in self.families}
 
     def check_stopping(self, what: str) -> None:

@@ -11,7 +11,7 @@ from appliance.demonstrations import DemoMix, training_mix
 from appliance.errors import ApplianceError
 from appliance.hindsight import relabel_hindsight
 from appliance.phases.context import PhaseContext
-from appliance.schemas import RolloutStatus
+from appliance.schemas import CapabilityReport, RolloutStatus
 from appliance.training.learn import learn
 
 
@@ -42,7 +42,7 @@ def demonstration_mix(ctx: PhaseContext, index: int, rl_samples: int) -> DemoMix
     if not ctx.settings.training.demonstrations:
         return DemoMix([], False, ctx.settings)
     relabelled = relabel_hindsight(ctx.store, ctx.run_id, index, ctx.tokenizer(), keep_successes=True)
-    frontier = {f: int(v) for f, v in ((ctx.previous_report(index) or {}).get("levels") or {}).items()}
+    frontier = {f: int(v) for f, v in (ctx.previous_report(index) or CapabilityReport()).levels.items()}
     mix = training_mix(ctx.settings, ctx.store, ctx.run_id, index, frontier, rl_samples)
     ctx.event("demonstrations", f"iteration {index}: {mix.describe()} ({relabelled} new from successes)",
               warmstart=mix.warmstart, samples=len(mix.samples), hindsight=relabelled)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from appliance.schemas import Checkpoint, now
+from appliance.schemas import CapabilityReport, Checkpoint, now
 from appliance.store import records
 from appliance.store.db import Database
 
@@ -64,22 +64,23 @@ class Results(Database):
                                  " AND n > 0 GROUP BY iteration ORDER BY iteration", (run_id,))
         return [(r[0], r[1]) for r in rows]
 
-    def save_report(self, run_id: str, iteration: int, report: dict[str, Any], markdown: str) -> None:
+    def save_report(self, run_id: str, iteration: int, report: CapabilityReport, markdown: str) -> None:
         with self.write() as c:
             c.execute(
                 "INSERT INTO reports (run_id, iteration, json, markdown, created_at) VALUES (?,?,?,?,?)"
                 " ON CONFLICT (run_id, iteration) DO UPDATE SET json = excluded.json, markdown = excluded.markdown",
-                (run_id, iteration, records.to_json(report), markdown, now()),
+                (run_id, iteration, records.to_json(report.as_dict()), markdown, now()),
             )
 
-    def report(self, run_id: str, iteration: int | None = None) -> tuple[dict[str, Any], str] | None:
-        """The report of one iteration, or the latest one when `iteration` is None."""
+    def report(self, run_id: str, iteration: int | None = None) -> tuple[CapabilityReport, str] | None:
+        """The report of one iteration, or the latest one when `iteration` is None (any build's report:
+        `CapabilityReport.of` reads what older builds stored)."""
         if iteration is None:
             row = self.one("SELECT json, markdown FROM reports WHERE run_id = ?"
                            " ORDER BY iteration DESC LIMIT 1", run_id)
         else:
             row = self.one("SELECT json, markdown FROM reports WHERE run_id = ? AND iteration = ?", run_id, iteration)
-        return (records.from_json(row["json"]), row["markdown"]) if row else None
+        return (CapabilityReport.of(records.from_json(row["json"])), row["markdown"]) if row else None
 
     def report_iterations(self, run_id: str) -> list[int]:
         return [r[0] for r in self.conn.execute("SELECT iteration FROM reports WHERE run_id = ? ORDER BY iteration",

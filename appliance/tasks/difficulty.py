@@ -1,7 +1,7 @@
 """The difficulty controller: per family, the level to synthesize next and how much of the budget it gets.
 
-It reads the diagnosis report's JSON (`appliance.diagnosis.build_report`): `train` and `heldout` as
-{family: {"level": {"n", "passed", "pass_rate"}}}, `band` as {family: {"learnable"|"too_easy"|"too_hard":
+It reads the diagnosis report (`schemas.CapabilityReport`, from `appliance.diagnosis.build_report`): `train`
+as {family: {"level": {"n", "passed", "pass_rate"}}}, `band` as {family: {"learnable"|"too_easy"|"too_hard":
 count}}. A family moves up a level when its current level is mastered (training pass rate >= high, or its
 validated tasks are all too easy), down when everything fails (rate <= low, or all too hard), and stays
 otherwise. The synthesis budget leans toward the families whose pass rate at their next level is nearest
@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from appliance.schemas import CapabilityReport, Cells
 from appliance.tasks.families import FAMILIES
 
 CONTROL_BAND = (0.0, 0.8)
@@ -24,15 +25,15 @@ MIN_EVIDENCE = 4  # rollouts at a level before its pass rate moves the level
 # the held-out set would be tuned to it, and the held-out curve would stop measuring transfer.
 
 
-def _cell(report: dict[str, Any], family: str, level: int) -> tuple[int, int]:
-    """(n, passed) of a family's practice rollouts at a level."""
-    cell = (report.get("train") or {}).get(family, {}).get(str(level))
+def _cell(report: CapabilityReport, family: str, level: int, cells: Cells | None = None) -> tuple[int, int]:
+    """(n, passed) of a family's practice rollouts at a level (in `cells`, default the report's `train`)."""
+    cell = (report.train if cells is None else cells).get(family, {}).get(str(level))
     if cell and cell.get("n"):
         return int(cell["n"]), int(cell.get("passed", round(cell.get("pass_rate", 0) * cell["n"])))
     return 0, 0
 
 
-def next_levels(report: dict[str, Any] | None, current: dict[str, int],
+def next_levels(report: CapabilityReport | None, current: dict[str, int],
                 band: tuple[float, float] = CONTROL_BAND, *, min_n: int = MIN_EVIDENCE) -> dict[str, int]:
     """The level of each family in `current` for the next round (1..5, one step at a time)."""
     if not report:
@@ -41,7 +42,7 @@ def next_levels(report: dict[str, Any] | None, current: dict[str, int],
     out = {}
     for family, level in current.items():
         n, passed = _cell(report, family, level)
-        counts = (report.get("band") or {}).get(family, {})
+        counts = report.band.get(family, {})
         learnable, easy, hard = (counts.get(k, 0) for k in ("learnable", "too_easy", "too_hard"))
         rate = passed / n if n else None
         up = (rate is not None and n >= min_n and rate >= high) or (easy > 0 and learnable == 0 and hard == 0)
@@ -70,22 +71,22 @@ def expected_variance(passed: float, n: float, *, prior: tuple[float, float] = (
     return max(floor, a * b / ((a + b) * (a + b + 1)))
 
 
-def _family_evidence(report: dict[str, Any], family: str, level: int | None) -> tuple[float, float]:
+def _family_evidence(report: CapabilityReport, family: str, level: int | None) -> tuple[float, float]:
     """(passed, n) behind a family's weight: the practice cell at `level` when the round's level is known (a
     level never tried has none), otherwise the family's
     rollouts at every level, or its bare pass rate counted as MIN_EVIDENCE rollouts."""
     if level is not None:
         n, passed = _cell(report, family, level)
         return float(passed), float(n)
-    cells = [c for c in ((report.get("train") or {}).get(family) or {}).values() if c and c.get("n")]
+    cells = [c for c in (report.train.get(family) or {}).values() if c and c.get("n")]
     if cells:
         return (float(sum(c.get("passed", c.get("pass_rate", 0) * c["n"]) for c in cells)),
                 float(sum(c["n"] for c in cells)))
-    rate = (report.get("family_pass_rate") or {}).get(family)
+    rate = report.family_pass_rate.get(family)
     return (float(rate) * MIN_EVIDENCE, float(MIN_EVIDENCE)) if rate is not None else (0.0, 0.0)
 
 
-def split_budget(report: dict[str, Any] | None, total: int, families: list[str] | None = None,
+def split_budget(report: CapabilityReport | None, total: int, families: list[str] | None = None,
                  *, floor: int = 1, levels: dict[str, int] | None = None) -> dict[str, int]:
     """Tasks to synthesize per family: each gets `floor`, the rest goes in proportion to the expected
     reward variance p(1-p) of the family at the level it is synthesized at (`levels`; without it, over
@@ -93,7 +94,8 @@ def split_budget(report: dict[str, Any] | None, total: int, families: list[str] 
     families = list(families or FAMILIES)
     if not families:
         return {}
-    weights = {f: expected_variance(*_family_evidence(report or {}, f, (levels or {}).get(f))) for f in families}
+    known = report or CapabilityReport()
+    weights = {f: expected_variance(*_family_evidence(known, f, (levels or {}).get(f))) for f in families}
     base = {f: min(floor, total // len(families)) for f in families}
     rest = total - sum(base.values())
     scale = sum(weights.values())
@@ -105,7 +107,7 @@ def split_budget(report: dict[str, Any] | None, total: int, families: list[str] 
     return out
 
 
-def plan(report: dict[str, Any] | None, current: dict[str, int], total: int,
+def plan(report: CapabilityReport | None, current: dict[str, int], total: int,
          band: tuple[float, float] = CONTROL_BAND) -> list[tuple[str, int, int]]:
     """(family, level, count) for the next synthesis round."""
     levels = next_levels(report, current, band)
@@ -156,37 +158,36 @@ class Decision:
         return asdict(self)
 
 
-def pooled(reports: list[dict[str, Any]], family: str, level: int, key: str = "train") -> tuple[int, int]:
-    """(n, passed) of a family at a level summed over `reports` (oldest first, any number); a report without
-    `key` (written before it existed) counts with its `train` cells."""
+def pooled(reports: list[CapabilityReport], family: str, level: int, *, bare: bool = False) -> tuple[int, int]:
+    """(n, passed) of a family at a level summed over `reports` (oldest first, any number): their `train`
+    cells, or with `bare` their `train_bare` cells (a report written before those existed counts with its
+    `train` cells)."""
     n = passed = 0
     for r in reports:
-        cells = (r or {}).get(key) if key in (r or {}) else (r or {}).get("train")
-        cell = (cells or {}).get(family, {}).get(str(level))
-        if cell and cell.get("n"):
-            n += int(cell["n"])
-            passed += int(cell.get("passed", round(cell.get("pass_rate", 0) * cell["n"])))
+        cells = r.train_bare if bare and r.train_bare is not None else r.train
+        rn, rp = _cell(r, family, level, cells)
+        n, passed = n + rn, passed + rp
     return n, passed
 
 
-def _band(reports: list[dict[str, Any]], family: str, level: int) -> dict[str, int]:
+def _band(reports: list[CapabilityReport], family: str, level: int) -> dict[str, int]:
     out: dict[str, int] = {}
     for r in reports:
-        for k, v in ((r or {}).get("band_levels") or {}).get(family, {}).get(str(level), {}).items():
+        for k, v in r.band_levels.get(family, {}).get(str(level), {}).items():
             out[k] = out.get(k, 0) + int(v)
     return out
 
 
-def decide(reports: list[dict[str, Any]], current: dict[str, int], mastered: dict[str, int], *,
+def decide(reports: list[CapabilityReport], current: dict[str, int], mastered: dict[str, int], *,
            window: int = 3, master: float = MASTER_LOWER, min_n: int = MIN_EVIDENCE) -> dict[str, Decision]:
     """Each family's next frontier from the last `window` reports (the newest last)."""
     recent = [r for r in reports if r][-window:]
-    its = [r.get("iteration") for r in recent if r.get("iteration") is not None]
+    its = [r.iteration for r in recent if r.iteration is not None]
     span = (f"iteration {its[0]}" if len(its) == 1 else f"iterations {its[0]}-{its[-1]}") if its else "no iterations"
     out = {}
     for family, level in current.items():
         floor = mastered.get(family, 0)
-        n, passed = pooled(recent, family, level, key="train_bare")  # hinted tasks are not mastery
+        n, passed = pooled(recent, family, level, bare=True)  # hinted tasks are not mastery
         source = "unhinted practice"
         low, high = wilson(passed, n)
         band = _band(recent, family, level)

@@ -14,8 +14,8 @@ import hashlib
 import json
 import re
 from collections.abc import Callable
-from typing import Any
 
+from appliance.schemas import CapabilityReport
 from appliance.tasks.families import FAMILIES
 from appliance.tasks.format import Limits, TaskSpec
 
@@ -104,14 +104,14 @@ def parse_proposal(text: str, family: str, level: int) -> TaskSpec | None:
     )
 
 
-def targets(report: dict[str, Any] | None, n: int, levels: dict[str, int] | None = None) -> list[tuple[str, int]]:
+def targets(report: CapabilityReport | None, n: int, levels: dict[str, int] | None = None) -> list[tuple[str, int]]:
     """(family, level) for each of n proposals: the report's weakest families first, round robin."""
-    weak = [f for f in (report or {}).get("weak_families", []) if f in FAMILIES][:3] or list(FAMILIES)
+    weak = [f for f in (report.weak_families if report else []) if f in FAMILIES][:3] or list(FAMILIES)
     levels = levels or {}
     return [(weak[i % len(weak)], levels.get(weak[i % len(weak)], 1)) for i in range(n)]
 
 
-def propose_tasks(generate_text: GenerateText, report: dict[str, Any] | None, n: int,
+def propose_tasks(generate_text: GenerateText, report: CapabilityReport | None, n: int,
                   levels: dict[str, int] | None = None) -> list[TaskSpec]:
     """Ask the policy for n tasks aimed at the weak families of `report`; returns those that parse.
 

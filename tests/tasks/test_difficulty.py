@@ -1,7 +1,8 @@
-"""The difficulty controller reads the diagnosis report's JSON."""
+"""The difficulty controller reads the diagnosis report (a `CapabilityReport`)."""
 
 from __future__ import annotations
 
+from appliance.schemas import CapabilityReport
 from appliance.tasks.difficulty import expected_variance, next_levels, plan, split_budget
 
 
@@ -9,14 +10,14 @@ def cell(n: int, passed: int) -> dict:
     return {"n": n, "passed": passed, "pass_rate": passed / n}
 
 
-REPORT = {
+REPORT = CapabilityReport.of({
     "train": {"files": {"1": cell(8, 8)}, "text": {"2": cell(8, 0)}, "data": {"3": cell(8, 3)},
               "git": {"1": cell(2, 2)}},
     "heldout": {"pipeline": {"4": cell(4, 4)}},
     "band": {"script": {"too_easy": 5}, "pyfix": {"too_hard": 3}, "replace": {"learnable": 2, "too_hard": 4}},
     "family_pass_rate": {"files": 1.0, "text": 0.0, "data": 0.375, "pipeline": 1.0},
     "weak_families": ["text", "data", "files", "pipeline"],
-}
+})
 
 
 def test_levels_move_one_step_on_evidence() -> None:
@@ -47,8 +48,8 @@ def test_budget_goes_where_groups_carry_a_signal() -> None:
 
 
 def test_budget_is_weighted_by_p_times_1_minus_p_not_1_minus_p() -> None:
-    report = {"train": {"half": {"2": cell(16, 8)}, "never": {"2": cell(16, 0)}, "always": {"2": cell(16, 16)},
-                        "rare": {"2": cell(16, 2)}}}
+    report = CapabilityReport(train={"half": {"2": cell(16, 8)}, "never": {"2": cell(16, 0)},
+                                     "always": {"2": cell(16, 16)}, "rare": {"2": cell(16, 2)}})
     families = ["half", "never", "always", "rare", "unknown"]
     budget = split_budget(report, 60, families, levels={f: 2 for f in families})
     assert sum(budget.values()) == 60
@@ -82,9 +83,9 @@ def test_agent_based_band(store) -> None:  # noqa: ANN001
 from appliance.tasks.difficulty import decide, replay_pool, size_round, wilson  # noqa: E402
 
 
-def train(iteration: int, cells: dict, band_levels: dict | None = None) -> dict:
-    return {"iteration": iteration, "train": {f: {str(lvl): cell(n, p) for lvl, (n, p) in c.items()}
-                                              for f, c in cells.items()}, "band_levels": band_levels or {}}
+def train(iteration: int, cells: dict, band_levels: dict | None = None) -> CapabilityReport:
+    return CapabilityReport(iteration=iteration, band_levels=band_levels or {},
+                            train={f: {str(lvl): cell(n, p) for lvl, (n, p) in c.items()} for f, c in cells.items()})
 
 
 def test_wilson_matches_known_values() -> None:
@@ -108,7 +109,8 @@ def test_evidence_is_pooled_over_the_window_and_judged_by_the_lower_bound() -> N
 
 
 def test_mastery_counts_unhinted_practice_and_older_reports_fall_back_to_all_practice() -> None:
-    hinted_wins = {**train(1, {"files": {2: (12, 12)}}), "train_bare": {"files": {"2": {"n": 4, "passed": 0}}}}
+    hinted_wins = train(1, {"files": {2: (12, 12)}})
+    hinted_wins.train_bare = {"files": {"2": {"n": 4, "passed": 0}}}
     d = decide([hinted_wins], {"files": 2}, {})["files"]
     assert (d.level, d.n, d.passed) == (2, 4, 0) and "unhinted practice" in d.reason
     assert decide([train(1, {"files": {2: (12, 12)}})], {"files": 2}, {})["files"].level == 3  # no train_bare
@@ -128,7 +130,7 @@ def test_per_level_band_counts_and_the_heldout_eval_is_never_evidence() -> None:
     assert decide([easy], {"git": 3}, {"git": 2})["git"].level == 4
     mixed = train(2, {}, {"git": {"3": {"too_easy": 3, "learnable": 1}}})
     assert decide([mixed], {"git": 3}, {"git": 2})["git"].level == 3
-    baseline = {"iteration": 0, "heldout": {"data": {"1": cell(8, 8)}}}
+    baseline = CapabilityReport(iteration=0, heldout={"data": {"1": cell(8, 8)}})
     d = decide([baseline], {"data": 1}, {})["data"]
     assert d.level == 1 and d.n == 0 and "too little evidence" in d.reason and "iteration 0" in d.reason
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from appliance.config import Settings
-from appliance.schemas import Split, TaskStatus
+from appliance.schemas import CapabilityReport, Split, TaskStatus
 from appliance.store import Store
 from appliance.tasks.propose import parse_proposal, propose_tasks, sections, targets
 from appliance.tasks.validate import REFERENCE_FAILS, UNTOUCHED_PASSES, admit
@@ -77,7 +77,7 @@ def test_unparseable_proposals_are_dropped() -> None:
 
 
 def test_prompts_aim_at_the_weak_families() -> None:
-    report = {"weak_families": ["git", "pyfix", "text", "files"]}
+    report = CapabilityReport(weak_families=["git", "pyfix", "text", "files"])
     assert [f for f, _ in targets(report, 4, {"git": 3})] == ["git", "pyfix", "text", "git"]
     assert targets(report, 1, {"git": 3}) == [("git", 3)]
     policy = ScriptedText([GOOD_BARE, NO_VERIFIER])
@@ -90,7 +90,7 @@ def test_prompts_aim_at_the_weak_families() -> None:
 @pytest.mark.slow
 def test_only_valid_proposals_enter_the_pool(sandbox_settings: Settings, store: Store) -> None:
     policy = ScriptedText([GOOD, BROKEN_REFERENCE, NO_VERIFIER, PASSES_UNTOUCHED, GOOD_BARE])
-    specs = propose_tasks(policy, {"weak_families": ["pipeline"]}, 5)
+    specs = propose_tasks(policy, CapabilityReport(weak_families=["pipeline"]), 5)
     assert policy.done() and len(specs) == 4
     results = admit(sandbox_settings, store, specs, run_id="r1")
     verdicts = {s.instruction: (r.ok, r.reason) for s, r in results}

@@ -12,6 +12,8 @@ from enum import StrEnum
 from typing import Any
 
 from appliance.errors import TransitionError
+from appliance.schemas.report import CapabilityReport as CapabilityReport  # re-exported: records live here
+from appliance.schemas.report import Cells as Cells
 
 
 def now() -> float:
