@@ -341,8 +341,7 @@ def warmstart_tasks(settings: Settings, store: Store, run_id: str, families: lis
                                    exclude=exclude)
                 for spec in spread_over_operations(drawn, cfg.demo_warmstart_tasks):
                     spec.meta["pool"] = WARMSTART
-                    store.add_task(Task(f"{run_id}.{spec.id}", run_id, spec.family, spec.difficulty, spec.source,
-                                        Split.TRAIN, TaskStatus.PROPOSED, spec.to_spec()))
+                    store.add_task(spec.task_row(run_id, Split.TRAIN))
         existing = [t for t in store.tasks(run_id, split=Split.TRAIN)
                     if (t.spec.get("meta") or {}).get("pool") == WARMSTART]
     pending = [t for t in existing if t.status == TaskStatus.PROPOSED]
