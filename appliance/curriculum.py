@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import inspect
 import random
-from collections.abc import Callable
 from typing import Any
 
 from appliance.config import Settings
 from appliance.schemas import CapabilityReport, Split, Task, TaskStatus
+from appliance.seams import PolicyText
 from appliance.store import Store
 from appliance.tasks import TaskSpec
 from appliance.tasks.compose import compose_round
@@ -42,12 +42,11 @@ def control(store: Store, run_id: str, iteration: int, families: list[str], repo
 
 
 def synthesize_round(store: Store, settings: Settings, run_id: str, iteration: int, families: list[str],
-                     generate_text: Callable[[str], str] | None = None) -> dict[str, Any]:
+                     generate_text: PolicyText | None = None) -> dict[str, Any]:
     """Store the round's tasks (proposed: new, stretch and self-proposed; valid: replays); returns what was made.
 
-    Self-proposal (`loop.propose`, off by default) asks the policy for one task per family through
-    `generate_text`; the proposals enter as `proposed` and VALIDATE decides. Proposed task code must only
-    ever run in the isolated validation of issue 14: do not turn the setting on before that lands."""
+    Self-proposal (`loop.propose` tasks a round) asks the policy through `generate_text`, all at once; the
+    proposals enter as `proposed` and VALIDATE decides, in isolation like any task code."""
     previous = store.report(run_id, iteration - 1)
     lp = settings.loop
     before = previous[0] if previous else CapabilityReport()
@@ -90,11 +89,15 @@ def synthesize_round(store: Store, settings: Settings, run_id: str, iteration: i
     if lp.propose and generate_text is not None:
         from appliance.tasks.propose import propose_tasks
 
-        specs = propose_tasks(generate_text, before, len(families), levels)
-        made["proposal_requests"], made["proposal_parsed"], made["proposed"] = len(families), len(specs), 0
+        specs = propose_tasks(generate_text, before, lp.propose, levels, max_tokens=lp.propose_max_tokens,
+                              temperature=lp.propose_temperature, workers=lp.propose)
+        made["proposal_requests"], made["proposal_parsed"], made["proposed"] = lp.propose, len(specs), 0
         for spec in specs:
             spec.meta.update(iteration=iteration, round="proposed")
             made["proposed"] += store.add_task(spec.task_row(run_id, Split.TRAIN, iteration=iteration))
+        # what never became a task row (asked, parsed) is kept for the report's yield
+        store.set_metrics(run_id, iteration, {"propose_asked": float(lp.propose),
+                                              "propose_parsed": float(len(specs))})
     return {"levels": levels, "made": made, "plan": [vars(p) for p in plan]}
 
 

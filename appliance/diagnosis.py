@@ -11,12 +11,12 @@ with `schemas.FailureMode.read`); an infra error is counted by the first word of
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from appliance.agent_habits import first_command, habits
 from appliance.lineage import describe_version, start_label
-from appliance.schemas import CapabilityReport, FailureMode, Outcome, Rollout, TaskStatus
+from appliance.schemas import CapabilityReport, FailureMode, Outcome, Rollout, Task, TaskStatus
 from appliance.store import Store
 from appliance.tasks.difficulty import wilson
 
@@ -97,7 +97,6 @@ def build_report(store: Store, run_id: str, iteration: int,
     weak = sorted(family_rates, key=lambda f: family_rates[f])
     valid = [r for r in train_rollouts if r.outcome != Outcome.INFRA_ERROR]
     version = current[0]["policy_version"] if current else None
-    proposed = [t for t in tasks.values() if t.source == "self_proposed" and t.split == "train"]
     report = CapabilityReport(
         run_id=run_id,
         iteration=iteration,
@@ -122,7 +121,7 @@ def build_report(store: Store, run_id: str, iteration: int,
         habits=habits(store, train_rollouts),
         demonstrations=store.demonstration_counts(run_id),
         devset=devset_block(store, run_id, iteration),
-        self_proposal={"proposed": len(proposed), **Counter(str(t.status) for t in proposed)},
+        self_proposal=proposal_yield(store, run_id, iteration, tasks.values(), train_rollouts),
     )
     report.analysis = _analysis(report, generate_text)
     operations = {op for cells in report.capability.values() for c in cells.values() for op in c["operations"]}
@@ -329,8 +328,9 @@ def render_curriculum(report: CapabilityReport) -> list[str]:
     if report.decisions:
         lines += ["", "## Controller decisions", ""]
         lines += [f"- {f}: {d['reason']}" for f, d in sorted(report.decisions.items())]
-    if report.self_proposal.get("proposed"):
-        lines += ["", "## Self-proposal", "", ", ".join(f"{k} {v}" for k, v in report.self_proposal.items())]
+    if report.self_proposal:
+        lines += ["", "## Self-proposal (this iteration's yield)", "",
+                  " -> ".join(f"{k} {v}" for k, v in report.self_proposal.items())]
     if report.demonstrations:
         lines += ["", "## Demonstrations", "",
                   ", ".join(f"{k} {v}" for k, v in sorted(report.demonstrations.items()))]
@@ -357,6 +357,28 @@ def render_curriculum(report: CapabilityReport) -> list[str]:
 
 # --- the transfer dev set: its own block, beside the held-out set's ------------------------------------
 DEV_METRICS = ("dev_pass@1", "dev_low", "dev_high", "dev_tasks", "dev_k")
+
+
+PROPOSAL_YIELD = ("asked", "parsed", "stored", "valid", "learnable", "trained")
+
+
+def proposal_yield(store: Store, run_id: str, iteration: int, tasks: Iterable[Task],
+                   rollouts: list[Rollout]) -> dict[str, int]:
+    """Self-proposal's yield this iteration: proposals asked of the policy, parsed into a task, stored (new,
+    not a duplicate), valid (passed validation), and of the valid ones learnable (a practice group with both
+    outcomes: a GRPO signal) and trained (learnable, or solved at least once: an SFT sample under
+    `both`/`sft`). Empty when self-proposal did not run this iteration."""
+    asked = dict(store.metric_series(run_id, "propose_asked")).get(iteration)
+    if asked is None:
+        return {}
+    parsed = dict(store.metric_series(run_id, "propose_parsed")).get(iteration, 0.0)
+    mine = [t for t in tasks if t.source == "self_proposed" and t.iteration == iteration]
+    solved = {r.task_id for r in rollouts if r.purpose == "train" and r.outcome == Outcome.SUCCESS}
+    valid = [t for t in mine if t.status not in (TaskStatus.PROPOSED, TaskStatus.REJECTED)]
+    learnable = [t for t in valid if t.status == TaskStatus.LEARNABLE]
+    trained = [t for t in valid if t.status == TaskStatus.LEARNABLE or t.id in solved]
+    return dict(zip(PROPOSAL_YIELD, (int(asked), int(parsed), len(mine), len(valid), len(learnable), len(trained)),
+                    strict=True))
 
 
 def devset_block(store: Store, run_id: str, iteration: int) -> dict[str, Any] | None:

@@ -6,6 +6,7 @@
     EngineControl               what training needs of the engine (pause, load weights, resume)
     ServingEngine               what the proxy needs of the engine (admission, state, the served name)
     Engine                      what the loop needs: training's control, the URL and the served name
+    PolicyText                  the policy writing text outside an episode (report analysis, self-proposal)
 
 The real implementations are `appliance.sandbox.Sandbox` (and its `Shell`) and `appliance.serving.Engine`;
 the fakes in `appliance.testing` meet the same Protocols.
@@ -119,3 +120,11 @@ class Engine(EngineControl, Protocol):
     base_url: str
 
     def model_name(self) -> str: ...
+
+
+class PolicyText(Protocol):
+    """The policy writing text outside an episode: the report's analysis (short, greedy) and self-proposal
+    (a whole task: more tokens, sampled). `serving.policy_text` in the product; callers on several threads
+    at once are served concurrently (the engine batches them)."""
+
+    def __call__(self, prompt: str, *, max_tokens: int | None = None, temperature: float | None = None) -> str: ...

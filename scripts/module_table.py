@@ -87,7 +87,7 @@ ROOMS = [
          "that move the task on are trained), verified, tokenized for SFT; hindsight relabelling of the "
          "policy's own successes"),
     Room(7, ("curriculum",), "the synthesis round: the climbing controller's plan (frontier, stretch, replay) "
-                             "turned into tasks; self-proposal behind a setting"),
+                             "turned into tasks; self-proposal (the policy's own tasks, a few a round)"),
     Room(8, ("report_html",), "the capability report as one self-contained HTML page for copying off the server: "
                               "the held-out curve with its intervals per family and level and the training metrics "
                               "as inline SVG, the report's tables; every stored string escaped"),

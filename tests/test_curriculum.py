@@ -132,18 +132,31 @@ def test_a_run_starts_at_level_2_and_climbs_a_stuck_frontier_by_hinted_rungs(set
     assert "partial" in {t.spec["meta"]["hint"] for t in round2 if t.family == "text"}
 
 
-def test_self_proposal_only_when_turned_on(settings: Settings, store: Store) -> None:
+def test_self_proposal_asks_the_policy_for_whole_tasks_and_zero_turns_it_off(settings: Settings,
+                                                                             store: Store) -> None:
     lp = loop(settings, store)
     answer = ("INSTRUCTION\n```text\nWrite hi into a.txt.\n```\nVERIFY\n```bash\ngrep -qx hi a.txt\n```\n"
               "SOLUTION\n```bash\necho hi > a.txt\n```\n")
-    asked = []
-    made = synthesize_round(store, settings, lp.run.id, 1, FAMS, lambda p: asked.append(p) or answer)
-    assert asked == [] and "proposed" not in made["made"]  # off by default (issue 14's isolation first)
-    settings.loop.propose = True
-    made = synthesize_round(store, settings, lp.run.id, 2, FAMS, lambda p: asked.append(p) or answer)
-    assert len(asked) == 3 and made["made"]["proposal_parsed"] == 3 and made["made"]["proposed"] >= 1
+    asked: list[tuple[str, int | None, float | None]] = []
+
+    def policy(prompt: str, *, max_tokens: int | None = None, temperature: float | None = None) -> str:
+        asked.append((prompt, max_tokens, temperature))
+        return answer
+
+    assert Settings.model_fields["loop"].default_factory().propose == 8  # on by default
+    settings.loop.propose = 0
+    made = synthesize_round(store, settings, lp.run.id, 1, FAMS, policy)
+    assert asked == [] and "proposed" not in made["made"]
+    assert store.metric_series(lp.run.id, "propose_asked") == []
+    settings.loop.propose = 3
+    made = synthesize_round(store, settings, lp.run.id, 2, FAMS, policy)
+    # a whole task's tokens and a temperature, not the analysis's short greedy call
+    assert len(asked) == 3 and {(m, t) for _, m, t in asked} == {(512, 0.7)}
+    assert made["made"]["proposal_parsed"] == 3 and made["made"]["proposed"] >= 1
     proposed = [t for t in store.tasks(lp.run.id) if t.source == "self_proposed"]
-    assert proposed and all(t.status == TaskStatus.PROPOSED for t in proposed)
+    assert proposed and all(t.status == TaskStatus.PROPOSED and t.iteration == 2 for t in proposed)
+    assert store.metric_series(lp.run.id, "propose_asked") == [(2, 3.0)]
+    assert store.metric_series(lp.run.id, "propose_parsed") == [(2, 3.0)]
 
 
 @pytest.mark.slow

@@ -195,3 +195,29 @@ def test_habits_count_done_right_after_a_failed_command_and_episodes_that_only_l
     assert "1 of 2 turns right after a failed command said DONE" in md and "1 of 3 episodes only looked" in md
     assert is_look("find . -name '*.txt'") and not is_look("find . -name '*.tmp' -delete")
     assert not is_look("cat a > b") and not is_look("ls && rm x")
+
+
+def test_the_report_shows_self_proposals_yield_of_its_own_iteration(store: Store) -> None:
+    store.create_run("r", {})
+    spec = {"meta": {"round": "proposed"}}
+    for tid, status in [("p1", TaskStatus.REJECTED), ("p2", TaskStatus.TOO_HARD), ("p3", TaskStatus.LEARNABLE),
+                        ("p4", TaskStatus.TOO_EASY), ("p5", TaskStatus.PROPOSED)]:
+        store.add_task(Task(tid, "r", "files", 2, "self_proposed", Split.TRAIN, TaskStatus.PROPOSED, spec,
+                            iteration=1))
+        if status != TaskStatus.PROPOSED:
+            store.set_task_status(tid, TaskStatus.REJECTED if status == TaskStatus.REJECTED else TaskStatus.VALID)
+        if status not in (TaskStatus.PROPOSED, TaskStatus.REJECTED):
+            store.set_task_status(tid, status)
+    store.add_task(Task("old", "r", "files", 2, "self_proposed", Split.TRAIN, TaskStatus.VALID, spec, iteration=0))
+    store.set_metrics("r", 1, {"propose_asked": 8.0, "propose_parsed": 6.0})
+    for rid, (task, outcome) in enumerate([("p3", Outcome.SUCCESS), ("p3", Outcome.FAILURE),
+                                           ("p4", Outcome.SUCCESS), ("p2", Outcome.FAILURE)]):
+        store.add_rollout(Rollout(f"x{rid}", "r", task, f"g-{task}", 1, "builtin", 1, RolloutStatus.PENDING,
+                                  purpose="train"))
+        store.start_rollout(f"x{rid}")
+        store.finish_rollout(f"x{rid}", outcome, 1.0 if outcome == Outcome.SUCCESS else 0.0)
+    report, md = build_report(store, "r", 1)
+    # asked 8, parsed 6, 5 stored (one a duplicate), 3 passed validation, p3 learnable, p3 and p4 trained
+    assert report.self_proposal == {"asked": 8, "parsed": 6, "stored": 5, "valid": 3, "learnable": 1, "trained": 2}
+    assert "asked 8 -> parsed 6 -> stored 5 -> valid 3 -> learnable 1 -> trained 2" in md
+    assert build_report(store, "r", 2)[0].self_proposal == {}  # not asked at iteration 2

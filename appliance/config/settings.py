@@ -285,8 +285,7 @@ class LoopSettings(Section):
         "level 1, 101 passing; level-2 tasks with the partial hint passed 16 of 84), so 2 spends it on reading "
         "requests. 1 suits a loop without demonstrations.")
     controller_window: int = Field(
-        3, ge=1, description="Iterations of evidence the difficulty controller pools per family and level."
-    )
+        3, ge=1, description="Iterations of evidence the difficulty controller pools per family and level.")
     tasks_per_family: int = Field(
         3, ge=1, description="Fewest training tasks per family and iteration (the controller sizes each round to "
         "max(tasks_per_iteration, this x families))."
@@ -303,10 +302,12 @@ class LoopSettings(Section):
         2, ge=0, description="Two-part requests made each SYNTHESIZE from the run's valid training tasks at their "
         "family's frontier level (appliance.tasks.compose): the second synthesis routine, teacher-free (the parts' "
         "references and verifiers). 0 = off.")
-    propose: bool = Field(
-        False, description="Let the policy propose tasks during synthesis (appliance.tasks.propose). Off until "
-        "proposed task code is validated in isolation (issue 14): do not turn on before that lands."
-    )
+    propose: int = Field(
+        8, ge=0, description="Tasks the policy proposes each SYNTHESIZE for the last report's weakest families "
+        "(appliance.tasks.propose), sent at once; validated in isolation like any task. 0 = off.")
+    propose_max_tokens: int = Field(512, ge=64, description="Tokens one proposal may take (four fenced sections).")
+    propose_temperature: float = Field(
+        0.7, ge=0, le=2, description="Sampling temperature of a proposal (greedy gives the same one every round).")
 
 
 class EvaluationSettings(Section):

@@ -14,10 +14,10 @@ from appliance.demonstrations import ChatTokenizer, chat_tokenizer
 from appliance.errors import Interrupted
 from appliance.practice import Practice
 from appliance.schemas import CapabilityReport, Event, Split, Task, TaskStatus
-from appliance.seams import Engine
+from appliance.seams import Engine, PolicyText
 from appliance.store import Store
 
-GenerateText = Callable[[str], str]  # the policy writing text: report analysis, self-proposal
+GenerateText = PolicyText  # the policy writing text: report analysis, self-proposal
 
 
 @dataclass

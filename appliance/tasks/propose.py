@@ -13,13 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from appliance.schemas import CapabilityReport
+from appliance.seams import PolicyText
 from appliance.tasks.families import FAMILIES
 from appliance.tasks.format import Limits, TaskSpec
-
-GenerateText = Callable[[str], str]
 
 PROMPT = """You write practice tasks for an agent that works in a Linux shell, in the directory /workspace.
 Write ONE new task of this kind: {family} ({description}), difficulty {level} of 5.
@@ -111,15 +110,24 @@ def targets(report: CapabilityReport | None, n: int, levels: dict[str, int] | No
     return [(weak[i % len(weak)], levels.get(weak[i % len(weak)], 1)) for i in range(n)]
 
 
-def propose_tasks(generate_text: GenerateText, report: CapabilityReport | None, n: int,
-                  levels: dict[str, int] | None = None) -> list[TaskSpec]:
-    """Ask the policy for n tasks aimed at the weak families of `report`; returns those that parse.
+def propose_tasks(generate_text: PolicyText, report: CapabilityReport | None, n: int,
+                  levels: dict[str, int] | None = None, *, max_tokens: int | None = None,
+                  temperature: float | None = None, workers: int = 1) -> list[TaskSpec]:
+    """Ask the policy for n tasks aimed at the weak families of `report`; returns those that parse, in the
+    order asked. `workers` > 1 sends the requests at once (the engine batches them: n proposals cost about
+    what one does on an idle engine).
 
     The result is unvalidated: pass it to `appliance.tasks.validate.admit`."""
-    out = []
-    for family, level in targets(report, n, levels):
+    asked = targets(report, n, levels)
+
+    def ask(target: tuple[str, int]) -> TaskSpec | None:
+        family, level = target
         prompt = PROMPT.format(family=family, description=FAMILIES[family].DESCRIPTION, level=level)
-        spec = parse_proposal(generate_text(prompt), family, level)
-        if spec is not None:
-            out.append(spec)
-    return out
+        return parse_proposal(generate_text(prompt, max_tokens=max_tokens, temperature=temperature), family, level)
+
+    if workers > 1 and len(asked) > 1:
+        with ThreadPoolExecutor(max_workers=min(workers, len(asked)), thread_name_prefix="propose") as pool:
+            specs = list(pool.map(ask, asked))
+    else:
+        specs = [ask(t) for t in asked]
+    return [s for s in specs if s is not None]

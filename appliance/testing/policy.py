@@ -154,7 +154,7 @@ class ScriptedText:
         self.replies = list(replies)
         self.prompts: list[str] = []
 
-    def __call__(self, prompt: str) -> str:
+    def __call__(self, prompt: str, *, max_tokens: int | None = None, temperature: float | None = None) -> str:
         if len(self.prompts) >= len(self.replies):
             raise ScriptDivergence(f"ScriptedText got call {len(self.prompts) + 1}, but only "
                                    f"{len(self.replies)} replies are scripted; prompt: {prompt[:200]!r}")

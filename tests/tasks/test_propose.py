@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from appliance.config import Settings
@@ -85,6 +87,23 @@ def test_prompts_aim_at_the_weak_families() -> None:
     assert len(specs) == 1 and "git" in policy.prompts[0] and "pyfix" in policy.prompts[1]
     with pytest.raises(ScriptDivergence):
         policy("one call too many")
+
+
+def test_proposals_are_asked_at_once_and_come_back_in_the_order_asked() -> None:
+    report = CapabilityReport(weak_families=["git", "pyfix", "text"])
+    meeting = threading.Barrier(3, timeout=10)  # three calls must be in flight together, or this breaks
+    seen: list[tuple[int | None, float | None]] = []
+
+    def policy(prompt: str, *, max_tokens: int | None = None, temperature: float | None = None) -> str:
+        seen.append((max_tokens, temperature))
+        meeting.wait()
+        family = next(f for f in ("git", "pyfix", "text") if f"kind: {f} " in prompt)
+        return GOOD_BARE.replace("Make a directory named box.", f"A {family} task.")
+
+    specs = propose_tasks(policy, report, 3, max_tokens=512, temperature=0.7, workers=3)
+    assert [s.family for s in specs] == ["git", "pyfix", "text"]
+    assert [s.instruction for s in specs] == ["A git task.", "A pyfix task.", "A text task."]
+    assert seen == [(512, 0.7)] * 3
 
 
 @pytest.mark.slow
