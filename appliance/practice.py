@@ -44,7 +44,8 @@ from appliance.trajectories import TrajectoryReport, build_samples
 
 BUILTIN = "builtin"
 TRUNCATING = {EndReason.TURN_LIMIT: FailureMode.TURN_LIMIT, EndReason.TOKEN_LIMIT: FailureMode.TOKEN_LIMIT,
-              EndReason.CONTEXT_OVERFLOW: FailureMode.CONTEXT_OVERFLOW, EndReason.TIME_LIMIT: FailureMode.TIMEOUT}
+              EndReason.CONTEXT_OVERFLOW: FailureMode.CONTEXT_OVERFLOW, EndReason.TIME_LIMIT: FailureMode.TIMEOUT,
+              EndReason.REPEATING: FailureMode.REPEATING}
 
 
 @dataclass

@@ -22,8 +22,7 @@ class Section(BaseModel):
 class PodmanSettings(Section):
     runtime: str = Field("runc", description="OCI runtime podman uses (crun fails on cgroup v1 hybrid hosts).")
     graphroot: Path | None = Field(
-        None, description="Image and container storage; default $APPLIANCE_HOME/containers/storage."
-    )
+        None, description="Image and container storage; default $APPLIANCE_HOME/containers/storage.")
     storage_driver: str = Field("overlay", description="containers/storage driver (overlay or vfs).")
     additional_image_stores: list[Path] = Field(
         default_factory=list, description="Read-only image stores shared into this root (storage.conf "
@@ -40,8 +39,7 @@ class SandboxSettings(Section):
                                   "without one of its own (`appliance sandbox exec`). An agent's command has "
                                   "harness.command_timeout_s; a task's scripts have the task's [limits].")
     output_limit_bytes: int = Field(
-        1_000_000, ge=1024, description="Output of one command kept per stream; the rest is cut with a marker."
-    )
+        1_000_000, ge=1024, description="Output of one command kept per stream; the rest is cut with a marker.")
     max_concurrent: int = Field(8, ge=1, description="Sandboxes alive at once (the pool's cap).")
     start_retries: int = Field(2, ge=0, description="Retries of a failed sandbox start before it counts as infra "
                                "error.")
@@ -68,8 +66,7 @@ class EngineSettings(Section):
     host: Literal["127.0.0.1"] = Field("127.0.0.1", description="The engine listens on loopback only.")
     port: int = Field(8100, ge=1024, le=65535, description="Engine (vLLM) port on loopback.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "float32", description="Serving dtype; float32 on the CPU reproduces the trainer's logprobs."
-    )
+        "float32", description="Serving dtype; float32 on the CPU reproduces the trainer's logprobs.")
     max_model_len: int = Field(4096, ge=256, description="Context length the engine serves.")
     enforce_eager: bool = Field(True, description="Skip graph compilation (saves ~100 s per start on the CPU).")
     enable_sleep_mode: bool = Field(False, description="vLLM sleep mode while training (GPU only).")
@@ -217,6 +214,9 @@ class HarnessSettings(Section):
                            "harness: a task's own `[limits] max_turns` is honoured up to this cap.")
     max_completion_tokens: int = Field(4096, ge=1, description="Completion tokens per episode, summed over its calls.")
     max_tokens_per_call: int = Field(384, ge=1, description="max_tokens of one call of the built-in harness.")
+    max_repeats: int = Field(2, ge=0, description="The built-in agent's episode ends (failure mode `repeating`) when "
+                             "a turn repeats the one before (the same command, the same exit code) this many times "
+                             "in a row; 0 = never.")
     wall_time_s: float = Field(
         600.0, gt=0, description="The agent's time per episode; waiting for a busy engine (503) does not count."
     )

@@ -43,11 +43,12 @@ class Limits:
     command_timeout_s: float = 60.0
     observation_chars: int = 2000  # longer command output keeps its head and tail
     engine_wait_s: float = 3600.0  # longest wait for an engine that answers 503 (training, syncing)
+    max_repeats: int = 2  # turns in a row that repeat the one before (same reply, same exit code); 0: no limit
 
     @classmethod
     def from_settings(cls, h: HarnessSettings) -> Limits:
         return cls(h.max_turns, h.max_completion_tokens, h.wall_time_s, h.command_timeout_s,
-                   h.observation_chars, h.engine_wait_s)
+                   h.observation_chars, h.engine_wait_s, h.max_repeats)
 
 
 class EndReason(StrEnum):
@@ -56,6 +57,7 @@ class EndReason(StrEnum):
     TOKEN_LIMIT = "token_limit"
     TIME_LIMIT = "time_limit"
     CONTEXT_OVERFLOW = "context_overflow"  # the conversation outgrew the engine's context
+    REPEATING = "repeating"  # the agent repeated its last turn (same reply, same exit code) too often in a row
     MODEL_ERROR = "model_error"  # the engine or proxy failed: an infra error, not the policy's doing
     SANDBOX_ERROR = "sandbox_error"  # the sandbox died: an infra error
 

@@ -3,7 +3,8 @@
 Each turn the model answers; `actions.parse_action` reads a command (a `bash` tool call or a fenced
 block), the sandbox's persistent shell runs it, and the truncated output goes back as the next message.
 An answer without a usable action gets a one-line correction instead of ending the episode. The loop
-ends on submit/DONE or on a limit (turns, completion tokens, wall time), on context overflow, or when
+ends on submit/DONE or on a limit (turns, completion tokens, wall time, the same command meeting the same
+exit code `max_repeats` more times in a row), on context overflow, or when
 the engine or the sandbox fails (an infra error: the runner must not blame the policy for it).
 
 The assistant's messages are sent back exactly as received: the chat template then re-renders the
@@ -174,6 +175,8 @@ def run_builtin(task_instruction: str, shell: Shell, client_config: ClientConfig
     episode = Episode(EndReason.TURN_LIMIT, 0, messages)
     model = _Model(client_config, limits, sleep)
     start = clock()
+    last_turn: tuple[str | None, int | None] | None = None  # the previous command (or reply) and its exit code
+    repeats = 0
     try:
         while True:
             agent_time = clock() - start - model.waited_s
@@ -189,6 +192,7 @@ def run_builtin(task_instruction: str, shell: Shell, client_config: ClientConfig
             episode.completion_tokens += answer["tokens"]
             messages.append(answer["message"])
             action = parse_action(answer["message"])
+            exit_code = None
             if action.command is not None:
                 remaining = limits.wall_time_s - (clock() - start - model.waited_s)
                 timeout = max(1.0, min(limits.command_timeout_s, remaining))
@@ -197,16 +201,22 @@ def run_builtin(task_instruction: str, shell: Shell, client_config: ClientConfig
                 except ApplianceError as e:
                     raise _Stop(EndReason.SANDBOX_ERROR, str(e)) from None
                 episode.commands += 1
-                if action.submit:
-                    episode.answer = final_answer(answer["message"])
-                    raise _Stop(EndReason.SUBMITTED)
-                messages.extend(observation_messages(action, result, limits, timeout))
-                continue
+                exit_code = result.exit_code
             if action.submit:
                 episode.answer = final_answer(answer["message"])
                 raise _Stop(EndReason.SUBMITTED)
-            episode.parse_errors += 1
-            messages.extend(_reply(action, action.feedback or ""))
+            # The same reply meeting the same exit code again is a loop, not a try: a small model that repeats
+            # a turn twice repeats it to the turn limit, and every such turn costs a longer prompt.
+            turn = (action.command if action.command is not None else answer["message"].get("content"), exit_code)
+            repeats = repeats + 1 if turn == last_turn else 0
+            last_turn = turn
+            if limits.max_repeats and repeats >= limits.max_repeats:
+                raise _Stop(EndReason.REPEATING, f"the same reply {repeats + 1} turns in a row")
+            if action.command is not None:
+                messages.extend(observation_messages(action, result, limits, timeout))
+            else:
+                episode.parse_errors += 1
+                messages.extend(_reply(action, action.feedback or ""))
     except _Stop as stop:
         episode.end_reason, episode.error = stop.reason, stop.error
     finally:

@@ -82,10 +82,11 @@ class FailureMode(StrEnum):
     WRONG_ANSWER = "wrong_answer"  # Outcome.FAILURE: the verifier failed the workspace
     FORMAT_ERROR = "format_error"  # Outcome.FAILURE: no command ran, every reply failed to parse
     VERIFIER_TIMEOUT = "verifier_timeout"  # Outcome.FAILURE: what the agent left made the verifier hang
-    TURN_LIMIT = "turn_limit"  # Outcome.TRUNCATED, as are the next three
+    TURN_LIMIT = "turn_limit"  # Outcome.TRUNCATED, as are the next four
     TOKEN_LIMIT = "token_limit"
     TIMEOUT = "timeout"  # the harness's wall-time limit
     CONTEXT_OVERFLOW = "context_overflow"
+    REPEATING = "repeating"  # the built-in agent sent the same reply to the same result again and again
     INFRA = "infra"  # Outcome.INFRA_ERROR: the detail is the machine's cause
 
     def reason(self, detail: str) -> str:

@@ -85,6 +85,38 @@ def test_turn_limit():
     assert episode.end_reason == EndReason.TURN_LIMIT and episode.turns == 2
 
 
+def test_a_turn_repeated_to_the_same_exit_code_ends_the_episode_as_repeating():
+    # the base model's loop, seen in a baseline evaluation: the same command failing the same way, turn after turn
+    loop = "You:\n```bash\ncd /var/log/your-server-path\n```\n"
+    policy = ScriptedPolicy([loop, loop, loop])
+    shell = FakeShell(default=FakeResult(1, "", "cd: /var/log/your-server-path: No such file or directory"))
+    episode = run(policy, shell, Limits(max_turns=8, max_repeats=2))
+    policy.assert_done()
+    assert episode.end_reason == EndReason.REPEATING and episode.turns == 3 and episode.commands == 3
+    assert "3 turns in a row" in (episode.error or "")
+
+
+def test_a_repeat_that_changes_something_or_a_retry_after_a_change_goes_on():
+    # the same command with another exit code is news (the file appeared); another command between resets
+    policy = ScriptedPolicy(["```bash\ncat n.txt\n```", "```bash\ncat n.txt\n```", "```bash\nls\n```",
+                             "```bash\ncat n.txt\n```", "```bash\ncat n.txt\n```", "DONE"])
+    codes = iter([1, 0, 0, 0])
+    shell = FakeShell({"cat n.txt": lambda _: FakeResult(next(codes), "3"), "ls": "n.txt"})
+    episode = run(policy, shell, Limits(max_turns=8, max_repeats=2))
+    policy.assert_done()
+    assert episode.end_reason == EndReason.SUBMITTED and episode.commands == 5
+
+
+def test_replies_without_a_command_repeated_end_too_and_zero_turns_the_rule_off():
+    policy = ScriptedPolicy(["I cannot do that."] * 3)
+    episode = run(policy, FakeShell(), Limits(max_turns=8, max_repeats=2))
+    assert episode.end_reason == EndReason.REPEATING and episode.parse_errors == 2
+    policy = ScriptedPolicy(["I cannot do that."] * 4)
+    episode = run(policy, FakeShell(), Limits(max_turns=4, max_repeats=0))
+    policy.assert_done()
+    assert episode.end_reason == EndReason.TURN_LIMIT and episode.parse_errors == 4
+
+
 def test_token_limit_clips_max_tokens_then_ends():
     answer = "```bash\nls\n```"  # 14 characters + <|im_end|> = 15 tokens in the char-level fake
     policy = ScriptedPolicy([answer, answer])
