@@ -1,7 +1,8 @@
 """Benchmark the warm-start SFT of the first LEARN phase on the CPU: seconds per demonstration and epoch, where
 they go, and what the phase does to the loss on demonstrations it did not train on.
 
-    scripts/bench warmstart [--per 2] [--levels 2 3 4] [--epochs 1] [--val-per 1] [--profile N] [--set K=V ...]
+    scripts/bench warmstart [--per 2] [--levels 2 3 4] [--epochs 1] [--val-per 1] [--families F ...]
+                            [--profile N] [--set K=V ...]
 
 Demonstrations: `--per` training tasks per family and level, synthesized by the families (train split) and
 rendered exactly as `appliance.demonstrations` renders a reference run (system prompt, `Task: ...`, the
@@ -16,6 +17,11 @@ set) before and after the phase. `--dev-phrasing K` makes the validation tasks a
 trained on (K among the training phrasings 0-2; the held-out set's phrasing 3 stays unread), a proxy for
 transfer to unseen wording. `--profile N` instead runs N samples of the phase under torch's profiler
 and prints the top operators by self CPU time. `--set training.KEY=VALUE` changes a training setting.
+`--families` trains on those families only (validation keeps every family).
+
+The transfer dev set (appliance/tasks/devset) is read too, never trained on: its reference solutions,
+rendered the same way, give `dev_nll_before` / `dev_nll_after` per category, the cheap proxy for choosing
+what to train on before a 2-hour `scripts/bench learning` run measures pass@1 on it.
 
 Run it under `flock /tmp/appliance-heavy.lock` on a shared machine.
 """
@@ -40,23 +46,29 @@ SILENT_SUCCESS = "exit code 0 (no output)"
 
 
 def demo_samples(model_path: Path, per: int, levels: list[int], seed: str,
-                 keep: Callable[[TaskSpec], bool] = lambda _: True) -> list[Sample]:
-    from appliance.demonstrations import FINISH, chat_tokenizer, command_block, digest
-    from appliance.harness.builtin import first_messages
+                 keep: Callable[[TaskSpec], bool] = lambda _: True, families: list[str] | None = None) -> list[Sample]:
     from appliance.tasks.families import FAMILIES, synthesize
+
+    specs = [spec for family in (families or FAMILIES) for level in levels
+             for spec in [t for t in synthesize(family, level, 6 * per, seed=seed) if keep(t)][:per]]
+    return rendered(model_path, specs)
+
+
+def rendered(model_path: Path, specs: list[TaskSpec]) -> list[Sample]:
+    """Each task's reference as the built-in harness would show it: one block, a silent success, DONE."""
+    from appliance.demonstrations import FINISH, chat_tokenizer, command_block, digest
+    from appliance.harness.builtin import first_messages, request_of
 
     tokenize = chat_tokenizer(model_path)
     out = []
-    for family in FAMILIES:
-        for level in levels:
-            for spec in [t for t in synthesize(family, level, 6 * per, seed=seed) if keep(t)][:per]:
-                messages = first_messages(spec.instruction) + [
-                    {"role": "assistant", "content": command_block(spec.solution)},
-                    {"role": "user", "content": f"Output: {SILENT_SUCCESS}"},
-                    {"role": "assistant", "content": FINISH}]
-                ids, mask = tokenize(messages)
-                out.append(Demonstration(None, spec.id, family, level, "reference", messages, ids, mask,
-                                         digest(messages)).to_sample())
+    for spec in specs:
+        messages = first_messages(request_of(spec.instruction, spec.answer)) + [
+            {"role": "assistant", "content": command_block(spec.solution)},
+            {"role": "user", "content": f"Output: {SILENT_SUCCESS}"},
+            {"role": "assistant", "content": FINISH}]
+        ids, mask = tokenize(messages)
+        out.append(Demonstration(None, spec.id, spec.family, spec.difficulty, "reference", messages, ids, mask,
+                                 digest(messages)).to_sample())
     return out
 
 
@@ -71,6 +83,13 @@ def nll(trainer, samples: list[Sample]) -> float:
     return total / max(n, 1)
 
 
+def nll_by_family(trainer, samples: list[Sample], families: list[str]) -> dict[str, float]:
+    """The NLL of all samples ("all") and of each family's (`families[i]` is sample i's)."""
+    return {"all": round(nll(trainer, samples), 4),
+            **{f: round(nll(trainer, [s for s, g in zip(samples, families, strict=True) if g == f]), 4)
+               for f in sorted(set(families))}}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--per", type=int, default=2, help="training demonstrations per family and level")
@@ -80,6 +99,7 @@ def main() -> None:
     p.add_argument("--dev-phrasing", type=int, default=None, metavar="K",
                    help="train on the other phrasings and validate on phrasing K only (a training phrasing, 0-2: "
                         "a proxy for the held-out set's unseen phrasings that never reads it)")
+    p.add_argument("--families", nargs="+", default=None, help="train on these families only (default: all)")
     p.add_argument("--profile", type=int, default=0, metavar="N", help="profile N samples instead of timing")
     p.add_argument("--set", action="append", default=[], metavar="training.KEY=VALUE")
     args = p.parse_args()
@@ -99,11 +119,15 @@ def main() -> None:
         setattr(getattr(settings, section), name, json.loads(value) if field.annotation is not str else value)
     k = args.dev_phrasing
     train = demo_samples(settings.model_path, args.per, args.levels, "bench:warmstart:train",
-                         keep=lambda t: k is None or t.meta.get("phrasing") != k)
+                         keep=lambda t: k is None or t.meta.get("phrasing") != k, families=args.families)
     val_ids = {s.rollout_id for s in train}
     val = [s for s in demo_samples(settings.model_path, args.val_per, args.levels, "bench:warmstart:val",
                                    keep=lambda t: k is None or t.meta.get("phrasing") == k)
            if s.rollout_id not in val_ids]
+    from appliance.tasks.devset import devset_tasks
+
+    dev_specs = devset_tasks()
+    dev, dev_families = rendered(settings.model_path, dev_specs), [t.family for t in dev_specs]
     trainer = PolicyTrainer(settings.training, settings.model_path)
     cfg = trainer.cfg
     info = {"samples": len(train), "tokens_mean": round(sum(len(s.token_ids) for s in train) / len(train), 1),
@@ -120,15 +144,17 @@ def main() -> None:
         print(json.dumps({**info, "profiled_samples": args.profile, "wall_s": round(wall, 2)}))
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
         return
-    before = nll(trainer, val)
+    before, dev_before = nll(trainer, val), nll_by_family(trainer, dev, dev_families)
     t0 = time.perf_counter()
     metrics = sft(trainer, train)
     wall = time.perf_counter() - t0
-    after = nll(trainer, val)
+    after, dev_after = nll(trainer, val), nll_by_family(trainer, dev, dev_families)
     print(json.dumps({**info, "wall_s": round(wall, 1),
                       "s_per_sample_epoch": round(wall / (len(train) * args.epochs), 3),
                       "sft_steps": metrics["sft_steps"], "sft_loss": round(metrics["sft_loss"], 4),
                       "val_samples": len(val), "val_nll_before": round(before, 4), "val_nll_after": round(after, 4),
+                      "dev_samples": len(dev), "dev_nll_before_after": {f: [dev_before[f], dev_after[f]]
+                                                                        for f in dev_before},
                       "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}, indent=2))
 
 
