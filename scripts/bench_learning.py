@@ -6,7 +6,8 @@ demonstration / replay / self-proposal counts.
 Usage: scripts/bench learning [--minutes 120] [--seed 0] [--method grpo|ppo] [--home DIR] [--set KEY=VALUE ...]
        scripts/bench learning --report-only --home DIR      (print the curve of a finished or running run)
 
-Each call with a fresh --home (the default: a new tmp dir) starts from the base model. It needs the bundled
+Each call with a fresh --home (the default: a new tmp dir) starts from the base model. The dev set is
+evaluated whole at every iteration (evaluation.devset_min_tasks raised; --set can lower it). It needs the bundled
 model and the sandbox image of the default data directory (read-only: the model folder is passed as
 engine.model and the image store is shared). Run it under `flock /tmp/appliance-heavy.lock` on a shared
 machine. Issue 16's bar: over two seeds, pass@1 on the template-held-out levels 2-4 rises by >= 20 points
@@ -137,6 +138,9 @@ def main() -> int:
         "APPLIANCE_PODMAN__ADDITIONAL_IMAGE_STORES": json.dumps([str(main_settings.podman_graphroot)]),
         "APPLIANCE_TRAINING__SEED": str(args.seed),
         "APPLIANCE_LOOP__ITERATIONS": "1000",  # the budget, not the count, ends the run
+        # the whole dev set at every evaluation: the bench compares its first and last pass@1 by their
+        # intervals, which the evaluation budget's 10-task minimum would leave too wide to separate
+        "APPLIANCE_EVALUATION__DEVSET_MIN_TASKS": "1000",
     })
     if args.method:
         env["APPLIANCE_TRAINING__METHOD"] = args.method
