@@ -136,13 +136,6 @@ class Engine:
         if self._supervisor is not None and self._supervisor is not threading.current_thread():
             self._supervisor.join(timeout=10)
 
-    def __enter__(self) -> Engine:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     def _launch(self) -> None:
         """Start the server on the current weights; run the start-up canary to record its baseline."""
         if self._proc is not None:
@@ -331,6 +324,9 @@ class Engine:
                 self._reload_full(new.full)
             self._load_adapter(new.adapter_name, new.lora)
         elif ties_embeddings(new.full) or self._proc is None or self._proc.poll() is not None:
+            if self._proc is not None and self._proc.poll() is not None:  # the supervisor leaves a sync alone
+                self.store.add_event(Event("error", "the engine process died during the weight sync; starting it "
+                                           "on the new weights", data={"component": "engine"}))
             self._launch()
         else:
             self._reload_full(new.full)
@@ -443,7 +439,6 @@ class Engine:
     def wait_serving(self, timeout_s: float) -> bool:
         with self._cond:
             return self._cond.wait_for(lambda: self._state == EngineState.SERVING, timeout=timeout_s)
-
 
 
 def _is_under(path: Path, folder: Path) -> bool:

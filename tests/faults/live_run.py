@@ -42,7 +42,8 @@ MOMENTS: dict[str, Moment] = {
     "validation": lambda s, it: bool(it and it.index == 1 and it.phase == Phase.VALIDATE),
     "practice": lambda s, it: bool(it and it.index == 1 and it.phase == Phase.PRACTISE and calling(s)),
     "training": lambda s, it: bool(it and it.index == 1 and it.phase == Phase.TRAIN),
-    "sync": lambda s, it: bool(it and it.index == 1 and s.engine_state()[0] == EngineState.SYNCING),
+    "sync": lambda s, it: bool(it and it.index == 1 and s.engine_state()[0] in
+                               (EngineState.SYNCING, EngineState.WAKING, EngineState.CANARY)),
     "eval": lambda s, it: bool(it and it.index == 1 and it.phase == Phase.EVALUATE and calling(s)),
     "diagnosis": lambda s, it: bool(it and it.index == 1 and it.phase == Phase.DIAGNOSE),
 }
