@@ -36,7 +36,7 @@ from pathlib import Path
 import httpx
 
 from appliance.config import Settings
-from appliance.errors import ApplianceError, EngineError
+from appliance.errors import ApplianceError, EngineError, StoreError
 from appliance.lineage import check_base
 from appliance.schemas import EngineState, Event
 from appliance.serving import process
@@ -193,6 +193,8 @@ class Engine:
                 if not self._stopping.is_set() and self._proc is proc:
                     failures, probed = 0, time.monotonic()
                     self._restart(why)
+            except StoreError:  # the store cannot record it (disk full, locked): the thread must live on
+                pass
             finally:
                 self._op.release()
 
