@@ -56,6 +56,7 @@ class LiveRun:
     env: dict[str, str]
     log: Path
     proc: subprocess.Popen | None = None
+    started_at: float = 0.0
     injected: list[str] = field(default_factory=list)  # the moments a fault was injected at
     groups: list[int] = field(default_factory=list)  # engine process groups a fault hit
     stopped: list[int] = field(default_factory=list)  # pids a fault stopped (SIGSTOP)
@@ -71,6 +72,7 @@ class LiveRun:
         return load_settings(environ=self.env)
 
     def start(self) -> subprocess.Popen:
+        self.started_at = time.time()
         self.proc = subprocess.Popen([str(REPO / ".venv/bin/appliance"), "run", "--iterations", "1", "--headless"],
                                      env=self.env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
@@ -90,7 +92,11 @@ class LiveRun:
                     run = store.latest_run()
                     its = store.iterations(run.id) if run else []
                     it = next((i for i in its if i.status != IterationStatus.DONE), None)
-                    due = next((n for n, (name, _) in enumerate(pending) if MOMENTS[name](store, it)), None)
+                    # a moment is this process's only once it ticks: a phase the store shows from before a
+                    # restart is not under way yet (the new process may still be importing or starting up)
+                    ticking = any(e.created_at >= self.started_at for e in store.events(kind="phase", limit=100000))
+                    due = next((n for n, (name, _) in enumerate(pending) if ticking and MOMENTS[name](store, it)),
+                               None)
                 finally:
                     store.close()
                 if due is not None:
