@@ -23,7 +23,7 @@ SIZE_MB = 200  # more than one tiny-model checkpoint with its optimizer state (~
 
 def _fill(folder: Path) -> None:
     """Leave `folder`'s filesystem with no free byte (a filler file as big as it gets)."""
-    with open(folder / "filler", "wb") as f:
+    with open(folder / "filler", "wb", buffering=0) as f:  # unbuffered: closing it must not fail
         try:
             while True:
                 f.write(b"\0" * (1 << 20))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -35,7 +34,7 @@ class SandboxKiller:
 
     def __init__(self, how: str) -> None:
         self.how = how  # "conmon" or "container"
-        self.hit: list[tuple[str, float]] = []
+        self.hit: list[str] = []
 
     def __call__(self, run: LiveRun) -> None:
         settings = run.settings
@@ -53,7 +52,7 @@ class SandboxKiller:
                 signal_pids([int(inspect[0]["State"]["ConmonPid"])], signal.SIGKILL)
             else:
                 _podman(settings, "kill", "-s", "KILL", names[0])
-            self.hit.append((rollout_id, time.time()))
+            self.hit.append(rollout_id)
             return
 
 
@@ -74,13 +73,15 @@ def test_killed_sandboxes_are_infra_errors_and_nothing_leaks(sandbox_settings: S
 
     store = check_consistent(settings, run.env)
     try:
-        for rollout_id, when in hits:
+        for rollout_id in hits:
             r = store.get_rollout(rollout_id)
             if r.outcome == Outcome.INFRA_ERROR:
                 assert r.error and "sandbox" in r.error.lower(), r.error
-            else:  # redrawn by a later evaluation attempt, or finished before the kill landed
-                assert r.finished_at is not None and (r.finished_at < when or r.purpose == "eval"), (r, when)
-        assert any(store.get_rollout(rid).outcome == Outcome.INFRA_ERROR for rid, _ in hits), hits
+            else:  # unharmed (conmon's death need not stop the container), or redrawn by a later attempt:
+                # either way never blamed on the agent
+                assert not any(w in (r.error or "") for w in ("tamper", "could not be judged", "outlived")), r.error
+        assert any(store.get_rollout(rid).outcome == Outcome.INFRA_ERROR for rid in container.hit) or \
+            all(store.get_rollout(rid).purpose == "eval" for rid in container.hit), container.hit
         judged = [r for r in store.rollouts() if r.error and "could not be judged" in r.error]
         assert judged == [], [(r.id, r.error) for r in judged]  # a killed sandbox is never the agent's failure
     finally:
@@ -91,17 +92,17 @@ def test_killed_sandboxes_are_infra_errors_and_nothing_leaks(sandbox_settings: S
 def test_a_deleted_sandbox_image_stops_the_run_with_the_cause_and_it_resumes(
         tmp_path_factory: pytest.TempPathFactory, tiny_model: Path, tmp_path: Path) -> None:
     """The run's own storage root holds its own copy of the image (the shared one must never be touched)."""
+    from appliance.sandbox.image import image_ref
+    from appliance.sandbox.podman import podman, remove_storage_root, write_podman_config
+
     main = load_settings()
     base = tmp_path_factory.mktemp("own-image")
     own = load_settings(environ={"APPLIANCE_HOME": str(base / "home"), "APPLIANCE_PODMAN__GRAPHROOT": str(base / "st")})
     archive = base / "image.tar"
-    ref = main.sandbox.image
-    saved = subprocess.run(["podman", "save", "-o", str(archive), ref], capture_output=True, text=True,
-                           env=podman_env(main), timeout=600)
+    ref = image_ref(main)
+    saved = podman(main, "save", "-o", str(archive), ref, check=False, timeout=600)  # reads the shared store only
     if saved.returncode != 0:
-        pytest.skip(f"no sandbox image to copy: {saved.stderr[-300:]}")
-    from appliance.sandbox.podman import remove_storage_root, write_podman_config
-
+        pytest.skip(f"no sandbox image to copy: {saved.stderr.decode(errors='replace')[-300:]}")
     write_podman_config(own)
     assert _podman(own, "load", "-i", str(archive)).returncode == 0
     try:
