@@ -60,7 +60,6 @@ def test_sigterm_in_every_phase_then_run_again_completes(sandbox_settings: Setti
         practice = store.rollouts(run_id, iteration=1, purpose="train")
         sizes = Counter(r.group_id for r in practice)
         assert sizes and set(sizes.values()) == {settings.loop.group_size}, sizes  # none lost, none run twice
-        stops = [e.message for e in store.events(run_id, limit=100000) if "interrupted" in e.message.lower()]
-        assert all("Traceback" not in m for m in stops)
+        assert "Traceback" not in run.log.read_text(errors="replace")  # every stop was a clean one
     finally:
         store.close()
