@@ -44,6 +44,11 @@ class StoreFull(StoreBusy):
     it costs no attempt of a phase: the loop waits, and goes on by itself once space is freed."""
 
 
+class DiskFull(ApplianceError):
+    """A checkpoint could not be written: its disk is full. Not a failed sync (the run must not go on without
+    learning): the phase fails, and after `loop.phase_attempts` the run stops with this message."""
+
+
 class LoopLocked(StoreError):
     """Another process runs the loop on this store already (its pid is in the message)."""
 

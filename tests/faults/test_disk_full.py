@@ -56,13 +56,16 @@ def test_a_full_disk_while_saving_a_checkpoint_keeps_the_old_weights_and_the_run
             code = run.drive([("training", lambda r: _fill(checkpoints))], deadline_s=2400)
             assert run.injected == ["training"], f"the training moment was missed:\n{run.tail()}"
             assert code == 1, f"the run did not stop on the full disk (exit {code}):\n{run.tail()}"
+            assert "Traceback" not in run.tail(100_000) and "free space on that disk" in run.tail(), run.tail()
             store = Store(settings.db_path)
             try:
                 run_row = store.latest_run()
                 assert run_row is not None and run_row.status == RunStatus.FAILED
                 errors = [e.message for e in store.events(run_row.id, kind="error", limit=10000)]
-                assert any("No space left" in m or "disk" in m.lower() for m in errors), errors
+                assert any(f"cannot write the checkpoint {checkpoints / 'v1'}: the disk is full" in m
+                           for m in errors), errors
                 assert store.checkpoints(run_row.id) == []  # the half-written checkpoint is no version
+                assert not (checkpoints / "v1").exists()  # and it was removed, not left holding space
                 state, version, _ = store.engine_state()
                 assert (state, version) == (EngineState.STOPPED, 0)
             finally:
