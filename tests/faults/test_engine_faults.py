@@ -44,7 +44,7 @@ def _hang_engine_core(run: LiveRun) -> None:
 def test_the_engine_killed_or_hung_in_each_phase_is_restarted_and_the_run_completes(
         sandbox_settings: Settings, tiny_model: Path, tmp_path: Path) -> None:
     run = LiveRun.create(sandbox_settings, tmp_path / "home", tiny_model, tmp_path / "run.log",
-                           APPLIANCE_ENGINE__HANG_TIMEOUT_S=str(HANG_TIMEOUT_S))
+                         APPLIANCE_ENGINE__HANG_TIMEOUT_S=str(HANG_TIMEOUT_S))
     settings = run.settings
     run.start()
     try:
@@ -61,7 +61,7 @@ def test_the_engine_killed_or_hung_in_each_phase_is_restarted_and_the_run_comple
         assert wait_for(lambda: not any(run.engine_processes(g) for g in run.groups), 30), run.groups
         run_id = store.latest_run().id
         events = [e.message for e in store.events(run_id, limit=100000)]
-        died = [m for m in events if m.startswith("the engine process died")]
+        died = [m for m in events if m.startswith("the engine process died (")]
         hung = [m for m in events if "generated nothing" in m]
         expected_died = sum(n in run.injected for n in ("baseline eval", "practice"))
         assert len(died) >= expected_died, events
