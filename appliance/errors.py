@@ -39,6 +39,16 @@ class StoreBusy(StoreError):
     """Another process held the store's write lock for longer than the busy timeout; nothing was written."""
 
 
+class StoreFull(StoreBusy):
+    """The disk holding the store is full: the write was rolled back, nothing was written. Like a busy store
+    it costs no attempt of a phase: the loop waits, and goes on by itself once space is freed."""
+
+
+class DiskFull(ApplianceError):
+    """A checkpoint could not be written: its disk is full. Not a failed sync (the run must not go on without
+    learning): the phase fails, and after `loop.phase_attempts` the run stops with this message."""
+
+
 class LoopLocked(StoreError):
     """Another process runs the loop on this store already (its pid is in the message)."""
 

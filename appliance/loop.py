@@ -85,7 +85,7 @@ class Loop:
         try:
             return self._tick()
         except StoreBusy as e:
-            self.log(f"the loop waits: {e.message}")
+            self.log(f"the loop waits: {e.message} ({e.hint})")
             return False
 
     def _tick(self) -> bool:

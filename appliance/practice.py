@@ -164,7 +164,8 @@ def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> Rollout
         reason = FailureMode.WRONG_ANSWER.reason(f"what it left running outlived the episode: {e.message}"[:400])
         tampered.append("processes that would not die")
     except ApplianceError as e:  # sandbox, engine or set-up failures are the machine's, not the policy's
-        reason = FailureMode.INFRA.reason(f"{type(e).__name__}: {e.message}")
+        # with the hint: when every rollout fails this way, the run's failure event quotes it as the fix
+        reason = FailureMode.INFRA.reason(f"{type(e).__name__}: {e.message}" + (f" ({e.hint})" if e.hint else ""))
     except Exception as e:  # noqa: BLE001
         if episode is None:
             raise

@@ -85,6 +85,8 @@ class EngineSettings(Section):
                     "must be equal (float32 serving).",
     )
     drain_timeout_s: float = Field(600.0, gt=0, description="Longest wait for in-flight model calls before sleeping.")
+    hang_timeout_s: float = Field(120.0, gt=0, description="A one-token probe generation unanswered this long means "
+                                  "the engine hangs (its /health still answers): it is restarted.")
 
 
 class ProxySettings(Section):
@@ -217,16 +219,14 @@ class HarnessSettings(Section):
     max_repeats: int = Field(2, ge=0, description="The built-in agent's episode ends (failure mode `repeating`) when "
                              "a turn repeats the one before (the same command, the same exit code) this many times "
                              "in a row; 0 = never.")
-    wall_time_s: float = Field(
-        600.0, gt=0, description="The agent's time per episode; waiting for a busy engine (503) does not count."
-    )
+    wall_time_s: float = Field(600.0, gt=0, description="The agent's time per episode; waiting for a busy engine "
+                               "(503) does not count.")
     command_timeout_s: float = Field(60.0, gt=0, description="Time limit of one command the agent runs, with either "
                                      "harness: a task's own `[limits] command_timeout_s` is honoured up to this cap.")
     observation_chars: int = Field(2000, ge=100, description="Command output shown to the model; longer keeps head and "
                                    "tail.")
-    engine_wait_s: float = Field(
-        3600.0, gt=0, description="Longest wait for an engine answering 503 before the episode is an infra error."
-    )
+    engine_wait_s: float = Field(3600.0, gt=0, description="Longest wait for an engine answering 503 before the "
+                                 "episode is an infra error.")
     temperature: float = Field(0.7, ge=0, description="Sampling temperature of the built-in harness.")
     wheelhouse: Path | None = Field(
         None, description="Folder of wheels the third-party harness layers are installed from, offline "

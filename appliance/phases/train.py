@@ -8,7 +8,7 @@ the loss.
 from __future__ import annotations
 
 from appliance.demonstrations import DemoMix, training_mix
-from appliance.errors import ApplianceError
+from appliance.errors import ApplianceError, DiskFull
 from appliance.hindsight import relabel_hindsight
 from appliance.phases.context import PhaseContext
 from appliance.schemas import CapabilityReport, RolloutStatus
@@ -29,6 +29,8 @@ def train(ctx: PhaseContext, index: int) -> None:
         result = learn(ctx.store, mix.settings, ctx.engine, rollouts, samples, run_id=ctx.run_id, iteration=index,
                        steps=ctx.settings.loop.train_steps, demonstrations=mix.samples,
                        should_stop=ctx.practice.stopping.is_set)
+    except DiskFull:
+        raise  # not a failed sync: a run that goes on without ever saving would learn nothing for days
     except ApplianceError as e:  # a failed sync keeps the old weights serving; the run goes on
         ctx.check_stopping("training")
         ctx.event("error", f"iteration {index}: training did not produce new weights: {e.message}")

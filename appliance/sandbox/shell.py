@@ -119,6 +119,9 @@ class Shell:
         if not line.strip().isdigit():
             err = proc.stderr.read().decode(errors="replace") if proc.poll() is not None and proc.stderr else ""
             proc.kill()
+            if not self._sb.alive():  # the usual cause, and a machine's doing: say so rather than echo b''
+                raise SandboxError(f"sandbox {self._sb.name} is gone (killed, or past sandbox.lifetime_s): no shell "
+                                   "could start in it", "an infra error: the rollout is excluded from training")
             raise SandboxError(f"could not start a shell in sandbox {self._sb.name}: {line!r} {err}".strip(),
                                "the sandbox may have hit its lifetime; start a new one")
         self._pid = int(line)

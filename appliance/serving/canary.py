@@ -28,8 +28,16 @@ gpu run, which record each sync's largest delta).
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from appliance.config import Settings
+from appliance.errors import EngineError
+from appliance.serving import process
 
 
 @dataclass(frozen=True)
@@ -123,3 +131,19 @@ def compare(got: Canary, expected: Canary, tolerance: float) -> Verdict:
         return verdict(True, f"near-tie at token {i}: the engine chose the runner-up {g} over {e} "
                              f"(margin {margin:.4f} <= {tolerance}); later tokens not compared")
     return verdict(True, "")
+
+
+def reference(settings: Settings, full: Path, lora: Path | None, prompt: list[int]) -> Canary:
+    """The trainer's greedy canary output for these weights, computed by transformers in a subprocess
+    (serving never imports torch)."""
+    cmd = [sys.executable, "-m", "appliance.training.reference", str(full),
+           "--prompt-ids", ",".join(map(str, prompt)), "--n", str(settings.engine.canary_tokens)]
+    if lora is not None:
+        cmd += ["--adapter", str(lora)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                          env={**process.environment(settings), "LD_PRELOAD": ""})
+    if done.returncode != 0:
+        tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
+        raise EngineError(f"cannot compute the canary reference for {lora or full}: {tail[0]}",
+                          "the checkpoint is unreadable or incomplete; save it again")
+    return Canary.from_json(json.loads(done.stdout.strip().splitlines()[-1]))

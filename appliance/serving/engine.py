@@ -22,15 +22,13 @@ input/output embeddings (SmolLM2): vLLM 0.32's in-place reload leaves the tied l
 "ParallelLMHead: Failed to load weights" and the canary catches it), so those restart the server on the
 new folder instead.
 
-A supervisor thread restarts a server that died (the error is recorded as an event); requests in
-flight at that moment fail, and the proxy records them as infra errors.
+A supervisor thread restarts a server that died or hangs (the error is recorded as an event); requests
+in flight at that moment fail, and the proxy records them as infra errors.
 """
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -38,11 +36,11 @@ from pathlib import Path
 import httpx
 
 from appliance.config import Settings
-from appliance.errors import ApplianceError, EngineError
+from appliance.errors import ApplianceError, EngineError, StoreError
 from appliance.lineage import check_base
 from appliance.schemas import EngineState, Event
 from appliance.serving import process
-from appliance.serving.canary import Canary, compare
+from appliance.serving.canary import Canary, compare, reference
 from appliance.serving.weights import Weights, WeightsKind, ties_embeddings
 from appliance.store import Store
 
@@ -138,13 +136,6 @@ class Engine:
         if self._supervisor is not None and self._supervisor is not threading.current_thread():
             self._supervisor.join(timeout=10)
 
-    def __enter__(self) -> Engine:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     def _launch(self) -> None:
         """Start the server on the current weights; run the start-up canary to record its baseline."""
         if self._proc is not None:
@@ -167,25 +158,43 @@ class Engine:
         self._canary_expected = self._canary()
 
     def _supervise(self) -> None:
-        """Restart a server that died or stopped answering; record why."""
-        failures = 0
+        """Restart a server that died, stopped answering or hangs; record why.
+
+        vLLM's /health only reads a flag: a hung EngineCore leaves it at 200 while every request waits for
+        ever, so `process.probe` generates one token. The checks run without `_op` (a hanging probe never
+        holds up a sync or a stop); the restart takes `_op` and skips when the process changed meanwhile.
+        """
+        failures, probed = 0, time.monotonic()
         while not self._stopping.wait(2.0):
-            if not self._op.acquire(blocking=False):
+            proc, why = self._proc, None
+            if proc is None:
+                continue
+            if proc.poll() is not None:
+                why = "the engine process died"
+            elif self._state == EngineState.SERVING:
+                try:
+                    ok = self._http.get("/health", timeout=5).status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                failures = 0 if ok else failures + 1
+                if failures >= 3:
+                    why = "the engine stopped answering /health"
+                elif time.monotonic() - probed >= process.PROBE_S:
+                    probed = time.monotonic()
+                    try:
+                        why = process.probe(self._http, self.settings, self.canary_prompt()[:1])
+                    except (ApplianceError, httpx.HTTPError):
+                        pass  # no prompt (the engine is restarting under us): the other checks decide
+            elif self._state == EngineState.FAILED:
+                why = "the engine failed"
+            if why is None or not self._op.acquire(blocking=False):
                 continue  # a sync or restart is running and watches the process itself
             try:
-                if self._stopping.is_set() or self._proc is None:
-                    continue
-                dead = self._proc.poll() is not None
-                if not dead and self._state == EngineState.SERVING:
-                    try:
-                        ok = self._http.get("/health", timeout=5).status_code == 200
-                    except httpx.HTTPError:
-                        ok = False
-                    failures = 0 if ok else failures + 1
-                    dead = failures >= 3
-                if dead or self._state == EngineState.FAILED:
-                    failures = 0
-                    self._restart("the engine process died" if dead else "the engine failed")
+                if not self._stopping.is_set() and self._proc is proc:
+                    failures, probed = 0, time.monotonic()
+                    self._restart(why)
+            except StoreError:  # the store cannot record it (disk full, locked): the thread must live on
+                pass
             finally:
                 self._op.release()
 
@@ -317,6 +326,9 @@ class Engine:
                 self._reload_full(new.full)
             self._load_adapter(new.adapter_name, new.lora)
         elif ties_embeddings(new.full) or self._proc is None or self._proc.poll() is not None:
+            if self._proc is not None and self._proc.poll() is not None:  # the supervisor leaves a sync alone
+                self.store.add_event(Event("error", "the engine process died during the weight sync; starting it "
+                                           "on the new weights", data={"component": "engine"}))
             self._launch()
         else:
             self._reload_full(new.full)
@@ -410,17 +422,7 @@ class Engine:
 
     def reference_canary(self, weights: Weights) -> Canary:
         """The trainer's greedy canary output for `weights`, computed by transformers in a subprocess."""
-        cmd = [sys.executable, "-m", "appliance.training.reference", str(weights.full),
-               "--prompt-ids", ",".join(map(str, self.canary_prompt())), "--n", str(self.settings.engine.canary_tokens)]
-        if weights.lora is not None:
-            cmd += ["--adapter", str(weights.lora)]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
-                              env={**process.environment(self.settings), "LD_PRELOAD": ""})
-        if done.returncode != 0:
-            tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
-            raise EngineError(f"cannot compute the canary reference for {weights.lora or weights.full}: {tail[0]}",
-                              "the checkpoint is unreadable or incomplete; save it again")
-        return Canary.from_json(json.loads(done.stdout.strip().splitlines()[-1]))
+        return reference(self.settings, weights.full, weights.lora, self.canary_prompt())
 
     # --- state ----------------------------------------------------------------------------------
     def _set(self, state: EngineState, *, force: bool = False, error: str | None = None,
@@ -439,7 +441,6 @@ class Engine:
     def wait_serving(self, timeout_s: float) -> bool:
         with self._cond:
             return self._cond.wait_for(lambda: self._state == EngineState.SERVING, timeout=timeout_s)
-
 
 
 def _is_under(path: Path, folder: Path) -> bool:

@@ -177,6 +177,23 @@ def kill(proc: subprocess.Popen, grace_s: float = 15.0) -> None:
             break
 
 
+PROBE_S = 10.0  # how often the engine's supervisor checks that the engine core still generates
+
+
+def probe(http: httpx.Client, settings: Settings, prompt: list[int]) -> str | None:
+    """Why the engine core hangs (a one-token generation unanswered within `engine.hang_timeout_s`), or
+    None. vLLM's /health is the API process reading a flag, so only a generation reaches the core."""
+    timeout = settings.engine.hang_timeout_s
+    try:
+        r = http.post("/v1/completions", timeout=timeout, json={
+            "model": settings.engine.served_model_name, "prompt": prompt, "max_tokens": 1, "temperature": 0.0})
+    except httpx.TimeoutException:
+        return f"the engine generated nothing for {timeout:.0f} s (hung; its /health still answered)"
+    except httpx.HTTPError:
+        return None  # unreachable: the death and /health checks decide that
+    return None if r.status_code < 500 else f"the engine's probe generation failed ({r.status_code})"
+
+
 def _port_taken(host: str, port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)

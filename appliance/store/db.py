@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ from typing import Any
 
 import sqlite_utils
 
-from appliance.errors import LoopLocked, StoreBusy, StoreError
+from appliance.errors import LoopLocked, StoreBusy, StoreError, StoreFull
 from appliance.store.schema import migrations
 
 BUSY_TIMEOUT_MS = 30_000
@@ -122,7 +123,8 @@ class Database:
         """One short write transaction; the write lock is taken at BEGIN, not at the first write.
 
         Another process that holds the write lock past the busy timeout (an open `sqlite3` shell, a copy
-        tool) makes the BEGIN fail: `StoreBusy`, before anything was written, so the caller can wait."""
+        tool) makes the BEGIN fail: `StoreBusy`, before anything was written, so the caller can wait. A
+        full disk rolls the transaction back: `StoreFull` (a `StoreBusy`: nothing written, wait too)."""
         conn = self.conn
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -135,10 +137,24 @@ class Database:
                 "released") from e
         try:
             yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
+            conn.execute("COMMIT")
+        except BaseException as e:
+            # a COMMIT that failed (disk full) can leave the transaction open, and with it the write lock
+            # that every other connection then waits on: roll back whatever is left
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if isinstance(e, sqlite3.OperationalError) and "full" in str(e):
+                raise self._full() from e
             raise
-        conn.execute("COMMIT")
+
+    def _full(self) -> StoreFull:
+        try:
+            free = f"{shutil.disk_usage(self.path.parent).free / 2**20:.1f} MiB free"
+        except OSError:
+            free = "free space unknown"
+        return StoreFull(f"the disk holding the store is full ({self.path.parent}: {free}); nothing was written",
+                         "free space on that disk (old checkpoints, logs/); the loop carries on by itself once "
+                         "a write succeeds")
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)  # this thread may never have opened one

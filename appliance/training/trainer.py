@@ -19,7 +19,9 @@ The value head (the critic of `training.method = "ppo"` and GRPO's `turn_credit`
 
 from __future__ import annotations
 
+import errno
 import math
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ from typing import Any
 import torch
 
 from appliance.config import TrainingSettings
-from appliance.errors import TrainingError  # defined in errors.py; importable from here as before
+from appliance.errors import DiskFull, TrainingError  # TrainingError: importable from here as before
 from appliance.schemas import Sample
 from appliance.training.advantages import GroupedBatch
 from appliance.training.credit import TurnId
@@ -318,7 +320,20 @@ class PolicyTrainer(Critic):
 
     # --- checkpoints ------------------------------------------------------------------------------
     def save(self, dest: Path) -> str:
-        """Write the engine-loadable weights and the optimizer state to `dest`; returns the kind."""
+        """Write the engine-loadable weights and the optimizer state to `dest`; returns the kind. A full disk
+        is `DiskFull`, and the half-written folder is removed: it is no checkpoint, and it holds space."""
+        try:
+            return self._save(dest)
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            shutil.rmtree(dest, ignore_errors=True)
+            free = shutil.disk_usage(dest.parent).free / 2**20
+            raise DiskFull(f"cannot write the checkpoint {dest}: the disk is full ({free:.0f} MiB free there)",
+                           "free space on that disk (old checkpoints, logs/); the previous weights serve "
+                           "meanwhile, and `appliance run` continues the run") from e
+
+    def _save(self, dest: Path) -> str:
         dest.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(dest, safe_serialization=True)
         if self.kind == "full":

@@ -92,6 +92,16 @@ def test_a_command_past_its_time_limit_is_killed(sb: Sandbox) -> None:
     assert "sleep 60" not in sb.exec("ps -eo args").stdout
 
 
+def test_a_killed_sandbox_says_it_is_gone(sb: Sandbox) -> None:
+    """Issue 31: a container killed under a rollout (OOM of the whole sandbox, an operator, a crash) is named as
+    gone, the machine's failure, whether the shell was running or not yet started."""
+    podman(sb.settings, "kill", "-s", "KILL", sb.name, check=False)
+    with pytest.raises(SandboxError) as gone:
+        sb.shell().run("echo hello")
+    assert f"sandbox {sb.name}" in gone.value.message and ("is gone" in gone.value.message
+                                                           or "died while running" in gone.value.message)
+
+
 def test_persistent_shell_keeps_state_and_survives_timeouts(sb: Sandbox) -> None:
     sh = sb.shell()
     assert sh.run("cd /tmp && X=41").exit_code == 0

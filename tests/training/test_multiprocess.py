@@ -218,3 +218,46 @@ def test_workers_exit_when_the_appliance_process_is_killed(tiny_model, tmp_path)
     for pid in left:  # do not leave them to the next test
         os.kill(pid, signal.SIGKILL)
     assert not left
+
+
+@pytest.mark.slow
+def test_a_worker_killed_by_the_oom_killer_is_an_error_and_the_old_weights_serve_on(store, tiny_settings):
+    """Issue 31: the OOM killer's SIGKILL of one training worker mid-step (the other then waits on it in a
+    collective): the phase fails with the exit code and the workers' log, no checkpoint or metric is
+    published, serving resumes on the old weights, and no process of the job is left."""
+    import os
+    import signal
+    import threading
+    import time
+
+    tiny_settings.training.processes = 2
+    engine = FakeEngine()
+    outcome: list[BaseException | None] = []
+
+    def phase() -> None:
+        groups = {f"g{i}": [1.0, 0.0] for i in range(2000)}  # minutes of steps: only the kill ends them
+        try:
+            learn(store, tiny_settings, engine, *practice(groups), run_id="run", iteration=0, steps=2000)
+            outcome.append(None)
+        except BaseException as e:  # noqa: BLE001 - handed to the test's thread
+            outcome.append(e)
+
+    thread = threading.Thread(target=phase)
+    thread.start()
+    deadline = time.monotonic() + 600
+    while len(job_processes(tiny_settings.home)) < 3 and thread.is_alive():  # the launcher and two workers
+        assert time.monotonic() < deadline, "the workers never started"
+        time.sleep(0.5)
+    time.sleep(5)  # into the steps
+    workers = job_processes(tiny_settings.home)
+    os.kill(max(workers), signal.SIGKILL)  # the youngest: a worker, not the launcher
+    thread.join(timeout=300)
+    left = job_processes(tiny_settings.home)
+    for pid in left:  # do not leave them to the next test
+        os.kill(pid, signal.SIGKILL)
+    assert not thread.is_alive(), "the phase hangs on a dead worker"
+    assert isinstance(outcome[0], multiprocess.WorkerError), outcome
+    assert "trainer.log" in str(outcome[0])
+    assert engine.calls == ["pause", "resume"] and engine.serving
+    assert store.latest_checkpoint("run") is None
+    assert not left
