@@ -41,6 +41,7 @@ def small_run_env(sandbox_settings: Settings, home: Path, tiny_model: Path) -> d
         "APPLIANCE_LOOP__EXTRA_DRAWS": "0",  # the tiny random model never succeeds: extra draws would only add time
         "APPLIANCE_LOOP__TICK_S": "0.5",
         "APPLIANCE_LOOP__ANALYSIS": "false",
+        "APPLIANCE_LOOP__PROPOSE": "0",  # the tiny random model's proposals never parse: 8 long generations for nothing
         "APPLIANCE_HARNESS__MAX_TURNS": "2",
         "APPLIANCE_HARNESS__MAX_TOKENS_PER_CALL": "24",
         "APPLIANCE_TRAINING__MIN_VALID_ROLLOUTS": "2",

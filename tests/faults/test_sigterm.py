@@ -17,7 +17,7 @@ from appliance.schemas import RolloutStatus
 from appliance.store import Store
 from faults.live_run import MOMENTS, LiveRun, check_consistent
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.chaos]
 
 
 def _terminate_and_restart(run: LiveRun) -> None:
