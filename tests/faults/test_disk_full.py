@@ -16,7 +16,7 @@ from appliance.schemas import EngineState, RunStatus
 from appliance.store import Store
 from faults.live_run import LiveRun, check_consistent
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.chaos]  # scripts/chaos: too long for every CI run
 
 SIZE_MB = 200  # more than one tiny-model checkpoint with its optimizer state (~80 MB)
 

@@ -22,7 +22,7 @@ from appliance.schemas import Outcome, RolloutStatus
 from appliance.store import Store
 from faults.live_run import LiveRun, check_consistent, signal_pids
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.chaos]  # scripts/chaos: too long for every CI run
 
 
 def _podman(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
