@@ -50,6 +50,11 @@ def command(settings: Settings, weights: Path, tokenizer: Path) -> list[str]:
     return cmd
 
 
+# vLLM's server closes a keep-alive connection after this many idle seconds; the proxy's pool drops its own
+# idle connections sooner (proxy/app.py), or a call can go out on a socket the server is closing
+ENGINE_KEEPALIVE_S = 5
+
+
 def environment(settings: Settings) -> dict[str, str]:
     env = dict(os.environ)
     cpus = sorted(os.sched_getaffinity(0))
@@ -58,6 +63,7 @@ def environment(settings: Settings) -> dict[str, str]:
         "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": str(ENGINE_KEEPALIVE_S),
     })
     if settings.profile == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(settings.engine.cpu_kvcache_gib)

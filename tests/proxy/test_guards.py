@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import json
 import threading
+import time
 import tracemalloc
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ from starlette.routing import Route as StarletteRoute
 from appliance.config import Settings, load_settings
 from appliance.proxy import ProxyServer, create_app
 from appliance.schemas import EngineState
+from appliance.serving.process import ENGINE_KEEPALIVE_S, environment
 from appliance.store import Store
 from proxy.conftest import Route, new_route  # tests/proxy/conftest.py
 
@@ -43,6 +45,7 @@ class StandIn:
     seen: list[dict[str, Any]] = field(default_factory=list)
     reply: dict[str, Any] | None = None
     stream_reply: list[bytes] | None = None
+    client_ports: list[int] = field(default_factory=list)  # the proxy's side of each call's connection
 
     def model_name(self) -> str:
         return "policy"
@@ -58,6 +61,7 @@ def standin_app(engine: StandIn) -> Starlette:
     async def answer(request: Request) -> Response:
         body = await request.json()
         engine.seen.append(body)
+        engine.client_ports.append(request.client.port if request.client else 0)
         if body.get("stream"):
             return StreamingResponse(iter(engine.stream_reply or [b"data: [DONE]\n\n"]),
                                      media_type="text/event-stream")
@@ -111,6 +115,20 @@ def test_a_plain_call_still_goes_through_and_is_recorded(setup: Setup) -> None:
     (call,) = setup.store.model_calls(setup.route.rollout_id)
     assert call.status == "ok" and call.prompt_ids == [1, 2, 3] and call.completion_ids == [7, 8]
     assert call.logprobs == [-0.5, -0.25]
+
+
+def test_a_connection_idle_near_the_engines_keep_alive_is_not_reused(setup: Setup) -> None:
+    # vLLM closes a connection idle for ENGINE_KEEPALIVE_S; a call sent on it as it closes failed as
+    # "Can not write request body" under load, so the proxy opens a fresh one after a shorter idle time
+    body = {"model": "x", "messages": MESSAGES, "max_tokens": 2}
+    assert post(setup, "chat/completions", body).status_code == 200
+    assert post(setup, "chat/completions", body).status_code == 200
+    time.sleep(ENGINE_KEEPALIVE_S - 1)
+    assert post(setup, "chat/completions", body).status_code == 200
+    first, soon_after, after_idle = setup.engine.client_ports
+    assert soon_after == first  # pooled connections are still used while fresh
+    assert after_idle != first
+    assert environment(load_settings())["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"] == str(ENGINE_KEEPALIVE_S)
 
 
 @pytest.mark.parametrize(("path", "extra", "named"), [
