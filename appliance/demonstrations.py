@@ -38,7 +38,7 @@ from typing import Any
 
 from appliance import episode_shapes
 from appliance.config import Settings
-from appliance.errors import ApplianceError
+from appliance.errors import ApplianceError, SandboxStorageFull
 from appliance.harness.actions import parse_action
 from appliance.harness.base import Limits
 from appliance.harness.builtin import first_messages, observation_messages, request_of
@@ -152,6 +152,8 @@ def demonstrate(settings: Settings, spec: TaskSpec, *, start: SandboxStarter | N
         if verdict.error:
             return DemoRun(messages, False, f"verifier: {verdict.error}", verdict.output)
         return DemoRun(messages, verdict.passed and not verdict.tampered, None, verdict.output, tuple(untrained))
+    except SandboxStorageFull:  # no demonstration can run: the phase fails with the cause
+        raise
     except ApplianceError as e:
         return DemoRun(messages, False, f"{type(e).__name__}: {e.message}")
     finally:
@@ -249,6 +251,8 @@ def demonstrate_tasks(settings: Settings, store: Store, tasks: Iterable[Task], t
         try:
             return demonstrate(settings, TaskSpec.of(task), start=start,
                                shape=episode_shapes.shape_of(task.id, tuple(settings.training.demo_shapes)))
+        except SandboxStorageFull:
+            raise
         except Exception as e:  # noqa: BLE001 - as in validation: one task's surprise is that task's failure
             return DemoRun([], False, None, f"{type(e).__name__}: {e}")
 

@@ -57,6 +57,12 @@ class SandboxError(ApplianceError):
     """Podman could not start, run or clean up a sandbox."""
 
 
+class SandboxStorageFull(SandboxError):
+    """The disk under Podman's storage is full, so no sandbox can start. Not one rollout's infra error (every
+    rollout would fail the same way, and a practice round of them would teach nothing): the rollout goes back
+    to pending, the phase fails, and after `loop.phase_attempts` the run stops with this message."""
+
+
 class SandboxNotClean(SandboxError):
     """Processes or files that task code or an agent left outlived a kill and a wipe.
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from appliance.config import Settings
-from appliance.errors import ApplianceError, Interrupted, SandboxNotClean, TrajectoryError
+from appliance.errors import ApplianceError, Interrupted, SandboxNotClean, SandboxStorageFull, TrajectoryError
 from appliance.harness.base import ClientConfig, EndReason, Episode, Limits
 from appliance.harness.builtin import request_of, run_builtin
 from appliance.harness.external import harness_image, harness_settings, run_external
@@ -159,6 +159,9 @@ def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> Rollout
             reason = f"{reason or 'success'}; tampered with {', '.join(tampered)}"
     except _Infra as e:
         reason = FailureMode.INFRA.reason(str(e))
+    except SandboxStorageFull:  # no rollout can run until space is freed: no outcome, the phase fails
+        store.requeue_rollout(rollout.id)
+        raise
     except SandboxNotClean as e:  # processes the agent left would not die: its failure, not the machine's
         outcome, reward = Outcome.FAILURE, 0.0
         reason = FailureMode.WRONG_ANSWER.reason(f"what it left running outlived the episode: {e.message}"[:400])

@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from appliance.errors import ApplianceError
+from appliance.errors import ApplianceError, SandboxStorageFull
 from appliance.harness.actions import Action, final_answer, format_observation, parse_action
 from appliance.harness.base import ClientConfig, EndReason, Episode, Limits
 from appliance.seams import CommandResult, Shell
@@ -198,6 +198,8 @@ def run_builtin(task_instruction: str, shell: Shell, client_config: ClientConfig
                 timeout = max(1.0, min(limits.command_timeout_s, remaining))
                 try:
                     result = shell.run(action.command, timeout)
+                except SandboxStorageFull:  # not this episode's error: no episode can run (practice requeues it)
+                    raise
                 except ApplianceError as e:
                     raise _Stop(EndReason.SANDBOX_ERROR, str(e)) from None
                 episode.commands += 1

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 
 from appliance.errors import SandboxError
-from appliance.sandbox.podman import podman_bin, podman_cwd, podman_env
+from appliance.sandbox.podman import check_storage, podman_bin, podman_cwd, podman_env
 from appliance.seams import SandboxAPI
 
 LIBEXEC = "/usr/local/libexec/appliance"
@@ -65,6 +65,7 @@ class _Session:
         if first is None or not first.strip().isdigit():
             err = self.close()
             detail = (first or b"").decode(errors="replace")[:300] or err
+            check_storage(sb.settings, detail)
             raise SandboxError(f"the verifier's launcher in sandbox {sb.name} did not start: {detail}",
                                "rebuild the sandbox image with `appliance init`; check `podman ps`")
         self.pid = int(first)
@@ -164,6 +165,7 @@ def run_judge(sb: SandboxAPI, lang: str, source: str, *, timeout_s: float, env: 
                            "an infra error; check `podman ps` and the machine's load")
     code = session.proc.returncode
     if code in (125, 126, 127) or not sb.alive():
+        check_storage(sb.settings, err)
         raise SandboxError(f"running the verifier in sandbox {sb.name} failed ({code}): {err}",
                            "an infra error; if the launcher is missing, rebuild the image with `appliance init`")
     # Killed by a signal while the container lives: only a process inside can have done that.

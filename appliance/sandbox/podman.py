@@ -17,11 +17,42 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from appliance.config import Settings
-from appliance.errors import SandboxError
+from appliance.errors import SandboxError, SandboxStorageFull
 
 LABEL = "appliance.sandbox"  # every container the appliance starts carries it; sweeps select by it
 OWNER_LABEL = "appliance.owner_pid"
 PODMAN_HINT = "run scripts/setup, or `apt-get install podman runc conmon catatonit fuse-overlayfs uidmap`"
+
+
+STORAGE_LOW_BYTES = 64 * 2**20  # below this, or STORAGE_LOW_INODES, a sandbox may start and then fail mid-rollout
+STORAGE_LOW_INODES = 1000
+
+
+def check_storage(settings: Settings, podman_error: str = "") -> None:
+    """Raise `SandboxStorageFull` when the disk under Podman's storage root is (nearly) full.
+
+    Called before a sandbox starts, and after any podman command on one failed. The disk (bytes or inodes)
+    decides, not podman's words: on a full storage root podman says "no space left on device", or times
+    out waiting for its own exit file, or answers nothing at all (all three seen in the live case,
+    tests/faults/test_podman_storage_full.py); and the few MiB that removing a failed sandbox frees let
+    the next one start and fail half-way, hence the margin. A full workspace tmpfs inside one sandbox
+    also says "no space left" but on a disk with room: that is the task's or the agent's doing, and stays
+    a plain `SandboxError`."""
+    root = settings.podman_graphroot
+    try:
+        st = os.statvfs(root)
+    except OSError:
+        return
+    free, inodes = st.f_bavail * st.f_frsize, st.f_favail
+    if free >= STORAGE_LOW_BYTES and (inodes >= STORAGE_LOW_INODES or st.f_files == 0):
+        return
+    said = podman_error.strip().splitlines()
+    raise SandboxStorageFull(
+        f"no sandbox can start: the disk under Podman's storage {root} is full ({free / 2**20:.0f} MiB and "
+        f"{inodes} inodes free there, {STORAGE_LOW_BYTES // 2**20} MiB needed"
+        + (f"; podman: {said[-1][-300:]})" if said else ")"),
+        "free space on that disk (images and containers not the appliance's, other files), or set "
+        "podman.graphroot to a larger disk and run `appliance init`; then `appliance run` continues the run")
 
 
 def _toml_list(paths: Sequence[Path | str]) -> str:

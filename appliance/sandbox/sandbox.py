@@ -33,7 +33,7 @@ from appliance.config import Settings
 from appliance.errors import SandboxError, SandboxNotClean
 from appliance.sandbox.door import DOOR_PORT, DoorListener, ModelDoor
 from appliance.sandbox.image import image_ref
-from appliance.sandbox.podman import LABEL, OWNER_LABEL, podman, podman_bin, podman_cwd, podman_env
+from appliance.sandbox.podman import LABEL, OWNER_LABEL, check_storage, podman, podman_bin, podman_cwd, podman_env
 from appliance.sandbox.shell import Capture, Shell, pump
 from appliance.sandbox.transfer import ignored_by_tar, members, pack_dir, reroot, sanitize, unpack
 from appliance.schemas import ExecResult
@@ -238,6 +238,7 @@ class Sandbox:
         else:
             cmd = ["python3", "-c", REAPER]
         errors: list[str] = []
+        check_storage(self.settings)
         for attempt in range(self.settings.sandbox.start_retries + 1):
             proc = podman(self.settings, *args, ref, *cmd, check=False, timeout=120)
             if proc.returncode == 0:
@@ -245,6 +246,7 @@ class Sandbox:
             err = proc.stderr.decode(errors="replace").strip()
             if "image not known" in err or "no such image" in err.lower():
                 raise SandboxError(f"sandbox image {ref} is not built", "run `appliance init` (builds it offline)")
+            check_storage(self.settings, err)  # a full storage root: no retry helps
             errors.append(f"attempt {attempt + 1}: {err}")
             podman(self.settings, "rm", "-f", "-t", "0", "--ignore", self.name, check=False, timeout=60)
             time.sleep(0.2 * (attempt + 1))
@@ -276,6 +278,7 @@ class Sandbox:
         # timeout(1) exits 137 after SIGKILL of the command; an OOM kill also gives 137, but sooner.
         timed_out = not finished or (code in (124, 137) and duration >= limit)
         if code == 125 or (code == 255 and not out.kept and b"Error" in err.kept):
+            check_storage(self.settings, err.text())
             raise SandboxError(f"podman exec in sandbox {self.name} failed: {err.text().strip()}",
                                "the sandbox is gone (lifetime reached or removed); start a new one")
         return ExecResult(code, out.text(), err.text(), duration, timed_out, bool(out.dropped or err.dropped))
@@ -313,6 +316,7 @@ class Sandbox:
                  'mkdir -p "$1" && tar -x --no-same-owner --no-same-permissions -C "$1"', "sh", str(target.parent)],
                 stdin=buf, capture_output=True, env=podman_env(self.settings), timeout=300)
         if proc.returncode != 0:
+            check_storage(self.settings, proc.stderr.decode(errors="replace"))
             raise SandboxError(f"put {dest} into sandbox {self.name} failed: "
                                f"{proc.stderr.decode(errors='replace').strip()}",
                                "the destination must be writable by the agent: /workspace, /tmp or /home/agent")
@@ -322,6 +326,7 @@ class Sandbox:
         proc = subprocess.run([podman_bin(), "exec", "-i", self.name, "tar", "-x", "--no-same-owner", "-C", dest],
                               input=data, capture_output=True, env=podman_env(self.settings), timeout=300)
         if proc.returncode != 0:
+            check_storage(self.settings, proc.stderr.decode(errors="replace"))
             raise SandboxError(f"copying into {dest} of sandbox {self.name} failed: "
                                f"{proc.stderr.decode(errors='replace').strip()[-500:]}",
                                "the sandbox may be gone, or the workspace larger than sandbox.workspace_size")
@@ -338,6 +343,7 @@ class Sandbox:
                                   stdout=buf, stderr=subprocess.PIPE, env=podman_env(self.settings), timeout=300)
             err = proc.stderr.decode(errors="replace")
             if proc.returncode not in (0, 1):  # 1: a file changed while it was read
+                check_storage(self.settings, err)
                 raise SandboxError(f"get {src} from sandbox {self.name} failed: {err.strip()[-500:]}",
                                    "check the path with sb.exec('ls -la ...')")
             buf.seek(0)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import IO, TYPE_CHECKING
 
 from appliance.errors import SandboxError
-from appliance.sandbox.podman import podman, podman_bin, podman_cwd, podman_env
+from appliance.sandbox.podman import check_storage, podman, podman_bin, podman_cwd, podman_env
 from appliance.schemas import ExecResult
 
 if TYPE_CHECKING:
@@ -119,6 +119,7 @@ class Shell:
         if not line.strip().isdigit():
             err = proc.stderr.read().decode(errors="replace") if proc.poll() is not None and proc.stderr else ""
             proc.kill()
+            check_storage(self._sb.settings, err)
             if not self._sb.alive():  # the usual cause, and a machine's doing: say so rather than echo b''
                 raise SandboxError(f"sandbox {self._sb.name} is gone (killed, or past sandbox.lifetime_s): no shell "
                                    "could start in it", "an infra error: the rollout is excluded from training")

@@ -34,7 +34,14 @@ from pathlib import Path
 from typing import Any
 
 from appliance.config import Settings
-from appliance.errors import ApplianceError, NotFoundError, SandboxError, SandboxNotClean, TaskFormatError
+from appliance.errors import (
+    ApplianceError,
+    NotFoundError,
+    SandboxError,
+    SandboxNotClean,
+    SandboxStorageFull,
+    TaskFormatError,
+)
 from appliance.sandbox.sandbox import workspace_bytes
 from appliance.sandbox.transfer import pack_files, reroot, shell_get
 from appliance.schemas import Split, TaskStatus
@@ -148,6 +155,7 @@ def validate_many(settings: Settings, specs: list[TaskSpec], *, parallel: int = 
     results: list[Validation | None] = [None] * len(specs)
     todo = iter(range(len(specs)))
     lock = threading.Lock()
+    storage_full: list[SandboxStorageFull] = []
 
     def close(sb: SandboxAPI) -> None:
         try:
@@ -192,10 +200,15 @@ def validate_many(settings: Settings, specs: list[TaskSpec], *, parallel: int = 
                     if used < reuse:
                         try:
                             sb.scrub()
+                        except SandboxStorageFull:
+                            raise
                         except SandboxError as e:  # left something that outlives a kill and a wipe
                             results[i] = Validation(False, stages, f"{TASK_BROKE_VALIDATION}: {e.message}")
                             close(sb)
                             sb = None
+                except SandboxStorageFull as e:  # no task can be validated: none is decided, the phase fails
+                    storage_full.append(e)
+                    return
                 except SandboxNotClean as e:  # what the task started would not die: its doing
                     stages.append(Stage("sandbox", False, e.message))
                     results[i] = Validation(False, stages, f"{TASK_BROKE_VALIDATION}: {e.message}")
@@ -223,6 +236,8 @@ def validate_many(settings: Settings, specs: list[TaskSpec], *, parallel: int = 
         t.start()
     for t in workers:
         t.join()
+    if storage_full:
+        raise storage_full[0]
     return [r if r is not None else Validation(False, [], "infra: validation did not run") for r in results]
 
 

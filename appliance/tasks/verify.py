@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from appliance.config import Settings
-from appliance.errors import ApplianceError
+from appliance.errors import ApplianceError, SandboxStorageFull
 from appliance.sandbox.judge import JudgeRun, run_judge
 from appliance.sandbox.transfer import members, overlay, pack_dir, shell_put, without
 from appliance.seams import SandboxAPI, SandboxStarter
@@ -197,6 +197,8 @@ def verify_workspace(settings: Settings, spec: TaskSpec, workspace_dir: Path | s
     try:
         with starter(settings, start)() as sb:
             r = judge(sb, spec, archive, answer)
+    except SandboxStorageFull:  # no verifier can run anywhere: the caller's phase fails, nothing is decided
+        raise
     except ApplianceError as e:
         return VerifyResult(False, None, "", tampered, f"{type(e).__name__}: {e.message}", time.monotonic() - t0)
     return VerifyResult(passed(r), score_of(r), output_of(r, spec.limits.verifier_timeout_s), tampered, None,

@@ -107,6 +107,11 @@ class LiveRun:
             time.sleep(0.2)
         return self.proc.wait(timeout=max(60.0, deadline - time.monotonic()))
 
+    def resume(self, timeout_s: float = 1800) -> None:
+        """After the operator's fix: `appliance run` again, which must finish the run (exit 0)."""
+        proc = self.start()
+        assert proc.wait(timeout=timeout_s) == 0, self.tail()
+
     def tail(self, n: int = 4000) -> str:
         return self.log.read_text(errors="replace")[-n:]
 
@@ -152,6 +157,42 @@ def signal_pids(pids: list[int], sig: signal.Signals) -> None:
             os.kill(pid, sig)
         except ProcessLookupError:
             pass
+
+
+def fill_disk(folder: Path) -> Path:
+    """Leave `folder`'s filesystem with no free byte (a filler file as big as it gets); returns the filler."""
+    filler = folder / "filler"
+    with open(filler, "wb", buffering=0) as f:  # unbuffered: closing it must not fail
+        for chunk in (1 << 20, 4096, 1):  # then the last partial megabyte, and the last page
+            try:
+                while True:
+                    f.write(b"\0" * chunk)
+            except OSError:
+                pass
+    return filler
+
+
+def own_image_root(base: Path) -> tuple[Settings, str, Path]:
+    """A storage root of its own under `base` holding a copy of the sandbox image (`podman save` reads the
+    shared store, which a fault case must never touch); (its settings, the image, the saved archive). The
+    caller removes it (`remove_storage_root`)."""
+    import pytest
+
+    from appliance.sandbox.image import image_ref
+    from appliance.sandbox.podman import podman, write_podman_config
+
+    main = load_settings()
+    own = load_settings(environ={"APPLIANCE_HOME": str(base / "home"), "APPLIANCE_PODMAN__GRAPHROOT": str(base / "st"),
+                                 "APPLIANCE_PODMAN__ADDITIONAL_IMAGE_STORES": "[]"})
+    archive = base.parent / f"{base.name}-image.tar"
+    ref = image_ref(main)
+    saved = podman(main, "save", "-o", str(archive), ref, check=False, timeout=600)
+    if saved.returncode != 0:
+        pytest.skip(f"no sandbox image to copy: {saved.stderr.decode(errors='replace')[-300:]}")
+    write_podman_config(own)
+    loaded = podman(own, "load", "-i", str(archive), check=False, timeout=600)
+    assert loaded.returncode == 0, loaded.stderr.decode(errors="replace")[-500:]
+    return own, ref, archive
 
 
 def check_consistent(settings: Settings, env: dict[str, str]) -> Store:

@@ -14,28 +14,11 @@ import pytest
 from appliance.config import Settings
 from appliance.schemas import EngineState, RunStatus
 from appliance.store import Store
-from faults.live_run import LiveRun, check_consistent
+from faults.live_run import LiveRun, check_consistent, fill_disk
 
 pytestmark = [pytest.mark.slow, pytest.mark.chaos]  # scripts/chaos: too long for every CI run
 
 SIZE_MB = 200  # more than one tiny-model checkpoint with its optimizer state (~80 MB)
-
-
-def _fill(folder: Path) -> None:
-    """Leave `folder`'s filesystem with no free byte (a filler file as big as it gets)."""
-    with open(folder / "filler", "wb", buffering=0) as f:  # unbuffered: closing it must not fail
-        try:
-            while True:
-                f.write(b"\0" * (1 << 20))
-                f.flush()
-        except OSError:
-            pass
-        try:  # the last partial megabyte
-            while True:
-                f.write(b"\0" * 4096)
-                f.flush()
-        except OSError:
-            pass
 
 
 @pytest.mark.timeout(3000)
@@ -53,7 +36,7 @@ def test_a_full_disk_while_saving_a_checkpoint_keeps_the_old_weights_and_the_run
         settings = run.settings
         run.start()
         try:
-            code = run.drive([("training", lambda r: _fill(checkpoints))], deadline_s=2400)
+            code = run.drive([("training", lambda r: fill_disk(checkpoints))], deadline_s=2400)
             assert run.injected == ["training"], f"the training moment was missed:\n{run.tail()}"
             assert code == 1, f"the run did not stop on the full disk (exit {code}):\n{run.tail()}"
             assert "Traceback" not in run.tail(100_000) and "free space on that disk" in run.tail(), run.tail()
@@ -71,8 +54,7 @@ def test_a_full_disk_while_saving_a_checkpoint_keeps_the_old_weights_and_the_run
             finally:
                 store.close()
             (checkpoints / "filler").unlink()  # the operator frees space
-            run.start()
-            assert run.proc is not None and run.proc.wait(timeout=1800) == 0, run.tail()
+            run.resume()
         finally:
             run.stop()
         store = check_consistent(settings, run.env)

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from appliance.config import Settings, load_settings
+from appliance.config import Settings
 from appliance.sandbox import podman_env
 from appliance.schemas import Outcome, RolloutStatus
 from appliance.store import Store
-from faults.live_run import LiveRun, check_consistent, signal_pids
+from faults.live_run import LiveRun, check_consistent, own_image_root, signal_pids
 
 pytestmark = [pytest.mark.slow, pytest.mark.chaos]  # scripts/chaos: too long for every CI run
 
@@ -92,19 +92,10 @@ def test_killed_sandboxes_are_infra_errors_and_nothing_leaks(sandbox_settings: S
 def test_a_deleted_sandbox_image_stops_the_run_with_the_cause_and_it_resumes(
         tmp_path_factory: pytest.TempPathFactory, tiny_model: Path, tmp_path: Path) -> None:
     """The run's own storage root holds its own copy of the image (the shared one must never be touched)."""
-    from appliance.sandbox.image import image_ref
-    from appliance.sandbox.podman import podman, remove_storage_root, write_podman_config
+    from appliance.sandbox.podman import remove_storage_root
 
-    main = load_settings()
     base = tmp_path_factory.mktemp("own-image")
-    own = load_settings(environ={"APPLIANCE_HOME": str(base / "home"), "APPLIANCE_PODMAN__GRAPHROOT": str(base / "st")})
-    archive = base / "image.tar"
-    ref = image_ref(main)
-    saved = podman(main, "save", "-o", str(archive), ref, check=False, timeout=600)  # reads the shared store only
-    if saved.returncode != 0:
-        pytest.skip(f"no sandbox image to copy: {saved.stderr.decode(errors='replace')[-300:]}")
-    write_podman_config(own)
-    assert _podman(own, "load", "-i", str(archive)).returncode == 0
+    own, ref, archive = own_image_root(base)
     try:
         run = LiveRun.create(own, base / "home", tiny_model, tmp_path / "run.log",
                              APPLIANCE_PODMAN__ADDITIONAL_IMAGE_STORES="[]", APPLIANCE_LOOP__PHASE_ATTEMPTS="2")
@@ -121,8 +112,7 @@ def test_a_deleted_sandbox_image_stops_the_run_with_the_cause_and_it_resumes(
             left = _podman(own, "ps", "-aq", "--filter", "label=appliance.sandbox").stdout.split()
             assert left == []
             assert _podman(own, "load", "-i", str(archive)).returncode == 0  # the operator's fix
-            run.start()
-            assert run.proc is not None and run.proc.wait(timeout=1800) == 0, run.tail()
+            run.resume()
         finally:
             run.stop()
         store = check_consistent(settings, run.env)
