@@ -48,6 +48,21 @@ ENGINE_PATHS = {CHAT: "/v1/chat/completions", COMPLETION: "/v1/completions"}
 ID_FIELDS = ("prompt_token_ids", "prompt_text")
 
 
+class RelayResponse(StreamingResponse):
+    """A stream whose body generator is closed when the response ends, however it ends.
+
+    Starlette cancels a stream whose client hung up; cancelled inside `send` (a harness that stopped reading
+    fills the socket, so the write waits), the generator stays suspended at its `yield`, and its `finally`,
+    which writes the call's error row and frees the rollout's slot, ran only when garbage collection got
+    to it: seconds or minutes later."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()  # type: ignore[attr-defined]
+
+
 def openai_error(status: int, message: str, kind: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "code": status}}
 
@@ -229,8 +244,8 @@ class Proxy:
             await self.commit(self.call_row(rollout_id, sent, started, status="error",
                                             error=f"engine answered {upstream.status}: {text[:2000]}"))
             raise _engine_refusal(upstream.status, text)
-        return StreamingResponse(self._relay(rollout_id, kind, body, sent, started, upstream),
-                                 media_type="text/event-stream")
+        return RelayResponse(self._relay(rollout_id, kind, body, sent, started, upstream),
+                             media_type="text/event-stream")
 
     async def _relay(self, rollout_id: str, kind: str, body: dict[str, Any], sent: dict[str, Any], started: float,
                      upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:

@@ -7,6 +7,7 @@ is checked, not assumed.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import threading
@@ -26,6 +27,7 @@ from starlette.routing import Route as StarletteRoute
 
 from appliance.config import Settings, load_settings
 from appliance.proxy import ProxyServer, create_app
+from appliance.proxy.app import RelayResponse
 from appliance.schemas import EngineState
 from appliance.serving.process import ENGINE_KEEPALIVE_S, environment
 from appliance.store import Store
@@ -273,3 +275,40 @@ def test_admission_comes_before_the_body_is_read(store: Store, tmp_path) -> None
             release.set()
             t.join(30)
         assert first["r"].status_code == 200, first["r"].text
+
+
+def test_a_stream_whose_harness_hangs_up_while_a_write_waits_is_closed_at_once() -> None:
+    """The relay's `finally` writes the call's error row: it must run when the response ends, not at the next
+    garbage collection (Starlette's own stream left the generator suspended; the suite once saw no row 20 s on)."""
+    order: list[str] = []
+
+    async def respond(cls: type[StreamingResponse]) -> None:
+        async def body() -> Any:
+            try:
+                while True:
+                    yield b"data: x\n\n"
+            finally:
+                order.append("generator closed")
+
+        writes = 0
+
+        async def send(message: dict[str, Any]) -> None:
+            nonlocal writes
+            writes += 1
+            if writes >= 3:  # the harness stopped reading: the write waits for a drain that never comes
+                await asyncio.Event().wait()
+
+        async def receive() -> dict[str, Any]:
+            await asyncio.sleep(0.05)
+            return {"type": "http.disconnect"}
+
+        scope = {"type": "http", "asgi": {"spec_version": "2.3"}}
+        await cls(body(), media_type="text/event-stream")(scope, receive, send)
+        order.append("response returned")
+
+    gc.disable()  # the generator must be closed by the response, not by a collection
+    try:
+        asyncio.run(respond(RelayResponse))
+    finally:
+        gc.enable()
+    assert order == ["generator closed", "response returned"]
