@@ -37,7 +37,8 @@ def check_storage(settings: Settings, podman_error: str = "") -> None:
     tests/faults/test_podman_storage_full.py); and the few MiB that removing a failed sandbox frees let
     the next one start and fail half-way, hence the margin. A full workspace tmpfs inside one sandbox
     also says "no space left" but on a disk with room: that is the task's or the agent's doing, and stays
-    a plain `SandboxError`."""
+    a plain `SandboxError`. Nothing in a sandbox can fill the storage root itself (its root is read-only,
+    what it writes is tmpfs, its log driver is none), so a full one is never the agent's doing."""
     root = settings.podman_graphroot
     try:
         st = os.statvfs(root)

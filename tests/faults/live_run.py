@@ -16,9 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from appliance.config import Settings, load_settings
 from appliance.practice import engine_failed
 from appliance.sandbox import podman_env
+from appliance.sandbox.image import image_ref
+from appliance.sandbox.podman import podman, write_podman_config
 from appliance.schemas import EngineState, Iteration, IterationStatus, Outcome, Phase, RolloutStatus, RunStatus
 from appliance.store import Store
 from small_run import REPO, small_run_env  # tests/small_run.py (tests/ is on sys.path: its conftest.py)
@@ -176,11 +180,6 @@ def own_image_root(base: Path) -> tuple[Settings, str, Path]:
     """A storage root of its own under `base` holding a copy of the sandbox image (`podman save` reads the
     shared store, which a fault case must never touch); (its settings, the image, the saved archive). The
     caller removes it (`remove_storage_root`)."""
-    import pytest
-
-    from appliance.sandbox.image import image_ref
-    from appliance.sandbox.podman import podman, write_podman_config
-
     main = load_settings()
     own = load_settings(environ={"APPLIANCE_HOME": str(base / "home"), "APPLIANCE_PODMAN__GRAPHROOT": str(base / "st"),
                                  "APPLIANCE_PODMAN__ADDITIONAL_IMAGE_STORES": "[]"})
