@@ -114,6 +114,8 @@ def demonstrate(settings: Settings, spec: TaskSpec, *, start: SandboxStarter | N
 
             hidden = [name for name in episode_shapes.unseen_names(spec.instruction, spec.solution)
                       if sb.exec(f"test -e {shlex.quote(name)}", timeout=30).exit_code == 0]
+            edited = [name for name in episode_shapes.edited_files(spec.solution)
+                      if sb.exec(f"test -f {shlex.quote(name)}", timeout=30).exit_code == 0]
             first_attempt = str(spec.meta.get("first_attempt") or "")
 
             def room(commands: int) -> bool:
@@ -128,6 +130,9 @@ def demonstrate(settings: Settings, spec: TaskSpec, *, start: SandboxStarter | N
                 for look in episode_shapes.look_commands(spec.instruction, deep=bool(hidden)):
                     if room(2) and turn(look, keep=shows_every_hidden_name, trained=bool(hidden)) is not None:
                         break
+            for name in edited:  # what an in-place edit quotes is read first, as the agent must (a lesson)
+                if room(2):
+                    turn(f"cat {shlex.quote(name)}", keep=lambda r: r.exit_code == 0 and not r.timed_out)
             if first_attempt and room(2):
                 # a trapped task: the obvious attempt really fails (context), and the solution reads the error
                 turn(first_attempt, keep=lambda r: r.exit_code != 0 and not r.timed_out, trained=False)

@@ -35,6 +35,12 @@ this directory" is metrics.csv) looks first, with a look that shows that name: a
 teach the agent to know what it could only have found by looking. When the turn limit has no room for the
 look and the shape's extra turn, the extra turn goes.
 
+Whatever its shape, an episode whose solution edits a file in place (`sed -i` with a pattern quoting its
+lines, a `cat > FILE <<` rewrite of a file that is there) reads that file first (`cat FILE`, trained): the
+reference knows the exact line (its indentation, the old value), the agent only knows it by reading. Shown
+without the read, the edit teaches writing patterns from memory: on the transfer dev set the trained agent
+edited files it never opened with lines it made up (`s|^    "port": 183...|`, issue 29).
+
 Every command really runs in the demonstration's sandbox and every observation is real; a look or check
 that fails, or a mistake that does not fail the way it should, is dropped from the episode, never shown.
 This module only decides the commands and the mask; `demonstrations.demonstrate` runs them.
@@ -85,6 +91,22 @@ def unseen_names(instruction: str, solution: str) -> list[str]:
     """File names the solution uses and the request does not give; the caller keeps those that exist
     before the solution runs (an output the solution makes is not something to find)."""
     return [name for name in named_files(solution) if name not in instruction]
+
+
+def edited_files(solution: str) -> list[str]:
+    """Files the solution changes in place by their text (`sed -i ... FILE`, `cat > FILE <<`), in order; the
+    caller keeps those that exist before the solution runs (a file it creates is not read first)."""
+    out = []
+    for line in solution.splitlines():
+        try:
+            words = shlex.split(line)
+        except ValueError:
+            continue
+        if len(words) > 2 and words[0] == "sed" and any(w == "-i" or w.startswith("-i") for w in words[1:-1]):
+            out.append(words[-1])
+        elif len(words) >= 4 and words[:2] == ["cat", ">"] and words[3].startswith("<<"):
+            out.append(words[2])
+    return [name for name in dict.fromkeys(out) if not name.startswith("-")]
 
 
 def look_commands(instruction: str, deep: bool) -> list[str]:

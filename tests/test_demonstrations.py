@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from appliance.demonstrations import (
     spread_over_operations,
     to_demonstration,
 )
-from appliance.episode_shapes import printed_instead, unseen_names
+from appliance.episode_shapes import edited_files, printed_instead, unseen_names
 from appliance.harness.builtin import SYSTEM_PROMPT
 from appliance.schemas import Demonstration, Split, Task, TaskStatus
 from appliance.store import Store
@@ -124,6 +125,32 @@ def test_a_trapped_task_shows_its_obvious_attempt_failing_then_the_solution(sand
     assert said == [command_block(spec.meta["first_attempt"]), command_block(spec.solution), FINISH]
     assert not run.messages[3]["content"].startswith("exit code 0") and "No such file" in run.messages[3]["content"]
     assert run.untrained == (0,)  # the mistake is context; reading the error and fixing it is the lesson
+
+
+def test_a_repository_in_a_subfolder_shows_git_failing_at_the_top_then_the_cd(sandbox_settings: Settings) -> None:
+    # every git chore of the transfer dev set names a checkout in a subfolder; the trained agent ran its
+    # (often right) git commands where it stood and read "not a git repository" until the turns ran out
+    from appliance.tasks.families._ops import REGISTRY, render
+
+    o = next(o for o in REGISTRY["git"] if o.name == "git-amend-message")
+    spec = render(o, 0, 3, random.Random("subdir"), trap="subdir")
+    run = demonstrate(sandbox_settings, spec)
+    assert run.error is None and run.passed, run
+    said = [m["content"] for m in run.messages if m["role"] == "assistant"]
+    assert said[-3:] == [command_block(spec.meta["first_attempt"]), command_block(spec.solution), FINISH]
+    assert "not a git repository" in run.messages[-4]["content"]
+
+
+def test_an_in_place_edit_reads_the_file_first_and_that_read_is_trained(sandbox_settings: Settings) -> None:
+    spec = next(s for s in synthesize("edit", 3, 8, seed="read0")
+                if s.solution.startswith("sed -i") and not s.meta.get("trap"))
+    name = edited_files(spec.solution)[0]
+    run = demonstrate(sandbox_settings, spec, shape="solve")
+    assert run.error is None and run.passed, run
+    said = [m["content"] for m in run.messages if m["role"] == "assistant"]
+    assert said == [command_block(f"cat {name}"), command_block(spec.solution), FINISH]
+    assert spec.files[name].splitlines()[0] in run.messages[3]["content"]  # the file's own text, really read
+    assert run.untrained == ()
 
 
 def test_a_solution_that_fails_the_verifier_is_no_demonstration(sandbox_settings: Settings, store: Store) -> None:

@@ -8,6 +8,7 @@ from appliance.episode_shapes import (
     SHAPES,
     check_candidates,
     check_target,
+    edited_files,
     look_command,
     look_commands,
     mistaken,
@@ -85,3 +86,11 @@ def test_the_fix_slip_drops_only_a_final_write_after_commands_that_only_read() -
                      "awk '{print | \"sh\"}' a > y.txt", "sed -n 's/a/b/w z' x > y.txt"):
         assert printed_instead(solution, "into y.txt") is None, solution
     assert printed_instead("head -n 2 data.txt > top.txt", "a request that names no file") is None
+
+
+def test_edited_files_are_the_in_place_edits_targets() -> None:
+    assert edited_files("sed -i 's|^    return x >= 3$|    return x > 3|' policy.py") == ["policy.py"]
+    assert edited_files("sed -i.bak -e 's/a/b/' 'my notes.txt'") == ["my notes.txt"]
+    assert edited_files("cat > util.py <<'EOF'\ndef f():\n    pass\nEOF") == ["util.py"]
+    # a stream edit into another file, and a file the solution writes from nothing, are not edits in place
+    assert edited_files("sed -n 2p a.txt > b.txt\nprintf 'x\\n' > c.txt") == []

@@ -98,7 +98,12 @@ def test_generic_traps_do_what_they_say() -> None:
                 assert "gzip -n" in spec.setup and spec.solution.startswith("gunzip -k"), o.name
             elif trap == "missing-dir":
                 assert spec.solution.startswith("mkdir -p "), o.name
-            if trap in ("gzip", "missing-dir"):  # the obvious attempt is the solution without the trap's fix
+            elif trap == "subdir":  # everything in one folder the request names; the reference goes there
+                d = spec.solution.split("\n", 1)[0].removeprefix("cd ")
+                assert spec.solution.startswith(f"cd {d}\n") and f"{d}/" in spec.instruction, o.name
+                assert all(p.startswith(f"{d}/") for p in spec.files) and f"os.chdir({d!r})" in spec.verify, o.name
+                assert "this directory" not in spec.instruction, o.name
+            if trap in ("gzip", "missing-dir", "subdir"):  # the obvious attempt is the solution without the trap's fix
                 assert spec.meta["first_attempt"] \
                     and spec.solution.rstrip().endswith(spec.meta["first_attempt"].rstrip()), o.name
             if trap == "spaces" and "first_attempt" in spec.meta:

@@ -47,7 +47,7 @@ FORGOTTEN = [("login.html", "login.css", "Add the login page"),
     "one ({scratch} stays out of the repo)",
     "The history should end with one commit, \"{msg}\", that contains both {main} and {forgot}; {scratch} is "
     "not to be committed.",
-])
+], traps=("subdir",))
 def _amend_add(c: Ctx) -> Case:
     main, forgot, msg = c.pick(FORGOTTEN)
     scratch = c.pick(["scratch.txt", "notes-to-self.md", "todo.local"])
@@ -80,7 +80,7 @@ SETTINGS = [("timeout", "30", "5", "Lower the upload timeout to 5 seconds", "lar
     "stay as is",
     "{cfg} should have {key} = {good} again, through a new commit that undoes \"{bad}\"; nothing committed "
     "after it may be lost.",
-])
+], traps=("subdir",))
 def _revert(c: Ctx) -> Case:
     key, good, bad_value, bad, symptom = c.pick(SETTINGS)
     cfg = c.pick(["settings.ini", "server.conf", "app.cfg"])
@@ -121,7 +121,7 @@ FIXES = [("pager.py", ["def page(items, start, size):", "    end = start + size 
     "hitting in production. Can you get just that fix onto main (main is checked out)? Leave {branch} alone.",
     "main needs the fix \"{subj}\" thats on {branch} - only that one commit, dont merge the rest of the branch",
     "main should gain exactly one commit: the change \"{subj}\" that was made on {branch}.",
-])
+], traps=("subdir",))
 def _cherry(c: Ctx) -> Case:
     path, lines, idx, fixed, subj = c.pick(FIXES)
     branch = c.pick(["experiment", "redesign", "spike/search", "wip-dana"])
@@ -153,7 +153,7 @@ FLAGS = ["LEGACY_MODE", "USE_NEW_PARSER", "ENABLE_BETA_UI", "SKIP_MIGRATIONS", "
     "the history and find the commit that first added it? Put its {what} into {out} and I'll go ask the author.",
     "find the commit that introduced {flag} (in settings.py) and write it's {what} in {out}",
     "{out} should hold the {what} of the commit in which {flag} first appeared in settings.py.",
-])
+], traps=("subdir",))
 def _find_commit(c: Ctx) -> Case:
     flag = c.pick(FLAGS)
     out = c.pick(["commit.txt", "culprit.txt", "answer.txt"])
@@ -191,7 +191,7 @@ def _find_commit(c: Ctx) -> Case:
     "restore {src} as it was {n} comits ago (only that file, the rest stays) and comit the result",
     "The newest commit should bring {src} back to its contents from just before \"{after}\", with every other "
     "file as it is now.",
-])
+], traps=("subdir",))
 def _restore_old(c: Ctx) -> Case:
     src, other = c.pick([("notes.txt", "todo.txt"), ("config.yml", "README.md"), ("menu.txt", "prices.txt")])
     body, side = sentences(c.rng, 2), [sentence(c.rng)]

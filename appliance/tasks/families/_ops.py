@@ -11,8 +11,10 @@ PRELUDE helpers), the reference solution and the facts the request mentions; and
   Generic ones are applied here: `spaces` (the input file's name has spaces), `gzip` (the request names
   the input, but only its gzipped copy is there: "No such file"), `missing-dir` (the output goes into a
   directory that does not exist yet), `absent` (the request names a tool that the sandbox image lacks:
-  column, dos2unix, sponge, python). Op-specific ones (`header`, `crlf`, ...) are drawn by
-  the op's own `build` from `ctx.trap`.
+  column, dos2unix, sponge, python), `subdir` (the repository the request is about is checked out in a
+  subfolder the request names, not in the working directory: "not a git repository" until the agent goes
+  there; the transfer dev set's git chores all look like this, and the family's never did). Op-specific
+  ones (`header`, `crlf`, ...) are drawn by the op's own `build` from `ctx.trap`.
 - **hints** (the ladder between level 1's spelled-out command and the bare request): `tool` appends the
   tool's name, `partial` the start of the reference command, `None` is the request only.
 - **held-out pairs**: the last phrasing of every op, and every phrasing of an op with `heldout=True`,
@@ -37,11 +39,15 @@ from appliance.tasks.families._common import make, spelled_out
 from appliance.tasks.format import TaskSpec
 
 HINTS = ("tool", "partial", None)  # request + tool name, request + partial command, request only
-GENERIC_TRAPS = ("spaces", "gzip", "missing-dir", "absent")
+GENERIC_TRAPS = ("spaces", "gzip", "missing-dir", "absent", "subdir")
 IO = ("spaces", "gzip", "missing-dir")  # the traps any op with one input file and one output file takes
 TRAP_RATE = {1: 0.0, 2: 0.15, 3: 0.35, 4: 0.5, 5: 1.0}  # share of tasks with a trap, per level
 LEGACY_SHARE = 0.25  # share of a family's training tasks at levels 2-4 drawn from its older hand-written generators
 OUT_DIRS = ["out", "reports", "results", "build", "export"]
+CHECKOUTS = ["repo", "project", "app", "website", "service", "tool", "checkout", "site"]  # the `subdir` trap's folder
+# how a request says where the checkout is (appended; {d} is the folder)
+WHERE = ["The repository is in {d}/.", "(It's the git repo in {d}/.)", "This is about the checkout under {d}/.",
+         "The repo lives in {d}/, not here.", "All of this happens in {d}/."]
 
 
 @dataclass(slots=True)
@@ -57,6 +63,7 @@ class Case:
     # the obvious attempt that a generic trap makes fail (the solution before the trap's fix); a
     # demonstration shows it failing, then the solution (spec.meta["first_attempt"])
     first_attempt: str = ""
+    context: str = ""  # a sentence the request ends with (where the `subdir` trap's checkout is)
 
 
 @dataclass(frozen=True)
@@ -175,13 +182,31 @@ def draw_case(o: Op, rng: random.Random, trap: str | None, phrasing: str = "") -
     if ctx.outdir:
         case.first_attempt = case.first_attempt or case.solution
         case.solution = f"mkdir -p {ctx.outdir}\n" + case.solution
+    if trap == "subdir":
+        _in_subdir(case, rng.choice(CHECKOUTS), rng)
     # Sometimes the input is not named at all: "the only .csv file here" (when it is the only one).
     shown = case.facts.get("src")
-    if shown and trap != "gzip" and rng.random() < 0.25 and _describable(phrasing):
+    if shown and trap not in ("gzip", "subdir") and rng.random() < 0.25 and _describable(phrasing):
         ext = PurePosixPath(shown).suffix
         if ext and "/" not in shown and sum(1 for n in case.files if n.endswith(ext)) == 1:
             case.facts["src"] = f"the only {ext} file in this directory"
     return case
+
+
+def _in_subdir(case: Case, d: str, rng: random.Random) -> None:
+    """Move the whole case into the folder `d`: its files, set-up and checks; the reference goes there first.
+    An output the request names is written in the checkout too, and named with the folder, so where it goes
+    is never a guess."""
+    case.files = {f"{d}/{path}": text for path, text in case.files.items()}
+    case.protected = [f"{d}/{path}" for path in case.protected]
+    case.setup = f"mkdir -p {d}\ncd {d}\n" + case.setup
+    case.verify = (f"if not check(os.path.isdir({d!r}), {d + '/ should still be there'!r}):\n    done()\n"
+                   f"os.chdir({d!r})\n" + case.verify)
+    case.first_attempt = case.first_attempt or case.solution
+    case.solution = f"cd {d}\n" + case.solution
+    if "out" in case.facts:
+        case.facts["out"] = f"{d}/{case.facts['out']}"
+    case.context = rng.choice(WHERE).format(d=d)
 
 
 def _describable(phrasing: str) -> bool:
@@ -201,6 +226,8 @@ def render(o: Op, phrasing: int, level: int, rng: random.Random, *, trap: str | 
     request = _capital(o.phrasings[phrasing].format(**case.facts))
     if trap == "absent" and f"`{o.absent}" not in request:
         request += f" (`{o.absent}` would do this, if it is installed.)"
+    if case.context:
+        request += " " + case.context
 
     def spec(h: str | None) -> TaskSpec:
         text = request

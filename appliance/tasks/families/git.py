@@ -131,7 +131,7 @@ def _repo(c: Ctx, commits: int = 2) -> tuple[dict[str, str], str, list[str]]:
     "Mark HEAD with the git tag {tag}.",
     "Create a tag named {tag} pointing at the latest commit.",
     "Release time: add the tag {tag} to the commit that is checked out.",
-])
+], traps=("subdir",))
 def _tag(c: Ctx) -> Case:
     files, setup, _ = _repo(c)
     tag = f"v{c.rng.randint(0, 3)}.{c.rng.randint(0, 20)}.{c.rng.randint(0, 9)}"
@@ -145,7 +145,7 @@ def _tag(c: Ctx) -> Case:
     "How many commits does this repository's history have? Save the number in {out}.",
     "{out} should contain the commit count of HEAD.",
     "Count the commits reachable from HEAD and put the count in {out}.",
-])
+], traps=("subdir",))
 def _count(c: Ctx) -> Case:
     files, setup, msgs = _repo(c, c.rng.randint(2, 6))
     out = c.pick(["commits.txt", "count.txt"])
@@ -158,7 +158,7 @@ def _count(c: Ctx) -> Case:
     "Discard the local changes to {src} (restore it from HEAD).",
     "Revert the working-tree modifications of {src}; do not make a commit.",
     "Undo my uncommitted edits in {src}.",
-])
+], traps=("subdir",))
 def _restore(c: Ctx) -> Case:
     files, setup, _ = _repo(c)
     src = next(p for p in files if p != "README.md")
@@ -173,7 +173,7 @@ def _restore(c: Ctx) -> Case:
     "Reword the most recent commit so its message is \"{msg}\" (do not add a new commit).",
     "Amend HEAD's commit message to {msg}.",
     "Fix the last commit message; it should read: {msg}",
-])
+], traps=("subdir",))
 def _amend(c: Ctx) -> Case:
     files, setup, msgs = _repo(c)
     msg = msgs[-1].replace("Update", "Update the").replace("Fix typo in", "Fix a typo in") + " properly"
@@ -188,7 +188,7 @@ def _amend(c: Ctx) -> Case:
     "The branch called {old} should be called {new} from now on.",
     "Change the name of branch {old} to {new}; the commits stay the same.",
     "Move branch {old} to the new name {new}.",
-])
+], traps=("subdir",))
 def _rename(c: Ctx) -> Case:
     files, setup, _ = _repo(c)
     old, new = f"feature-{c.pick(WORDS)}", f"topic/{c.pick(WORDS)}-{c.rng.randint(10, 99)}"
@@ -205,7 +205,7 @@ def _rename(c: Ctx) -> Case:
     "Save the original version of {src}, as it was committed initially, to {out}.",
     "{out} should be {src} as of the repository's first commit.",
     "Recover the first committed version of {src} into {out}.",
-])
+], traps=("subdir",))
 def _show(c: Ctx) -> Case:
     files, setup, msgs = _repo(c, c.rng.randint(2, 4))
     src = next(p for p in files if p != "README.md")
@@ -220,7 +220,7 @@ def _show(c: Ctx) -> Case:
     "Take {src} out of the index without losing my changes to it.",
     "Nothing should be staged for commit, yet the changes in {src} must remain in the file.",
     "Undo `git add {src}` (keep the modified file).",
-], heldout=True)
+], traps=("subdir",), heldout=True)
 def _unstage(c: Ctx) -> Case:
     files, setup, _ = _repo(c)
     src = next(p for p in files if p != "README.md")
@@ -235,7 +235,7 @@ def _unstage(c: Ctx) -> Case:
     "Add a .gitignore entry so *.{ext} files never show up as untracked; commit the .gitignore.",
     "The .{ext} files keep appearing in `git status`. Ignore them via .gitignore and commit it.",
     "Commit a .gitignore that excludes every *.{ext} file.",
-])
+], traps=("subdir",))
 def _ignore(c: Ctx) -> Case:
     files, setup, _ = _repo(c)
     ext = c.pick(["log", "tmp", "pyc", "bak"])
