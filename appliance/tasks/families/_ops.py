@@ -183,7 +183,7 @@ def draw_case(o: Op, rng: random.Random, trap: str | None, phrasing: str = "") -
         case.first_attempt = case.first_attempt or case.solution
         case.solution = f"mkdir -p {ctx.outdir}\n" + case.solution
     if trap == "subdir":
-        _in_subdir(case, rng.choice(CHECKOUTS), rng)
+        _in_subdir(case, rng)
     # Sometimes the input is not named at all: "the only .csv file here" (when it is the only one).
     shown = case.facts.get("src")
     if shown and trap not in ("gzip", "subdir") and rng.random() < 0.25 and _describable(phrasing):
@@ -193,10 +193,11 @@ def draw_case(o: Op, rng: random.Random, trap: str | None, phrasing: str = "") -
     return case
 
 
-def _in_subdir(case: Case, d: str, rng: random.Random) -> None:
-    """Move the whole case into the folder `d`: its files, set-up and checks; the reference goes there first.
-    An output the request names is written in the checkout too, and named with the folder, so where it goes
-    is never a guess."""
+def _in_subdir(case: Case, rng: random.Random) -> None:
+    """Move the whole case into a folder (one of CHECKOUTS) that the request names: its files, set-up and
+    checks; the reference goes there first. An output the request names is written in the checkout too, and
+    named with the folder, so where it goes is never a guess."""
+    d = rng.choice(CHECKOUTS)
     case.files = {f"{d}/{path}": text for path, text in case.files.items()}
     case.protected = [f"{d}/{path}" for path in case.protected]
     case.setup = f"mkdir -p {d}\ncd {d}\n" + case.setup
