@@ -103,7 +103,7 @@ def test_the_fix_shape_prints_instead_of_writing_looks_finds_the_file_missing_an
 def test_an_episode_whose_solution_uses_an_unnamed_file_looks_first_whatever_its_shape(
         sandbox_settings: Settings) -> None:
     # "the only .log file in this directory" is worker.log: the demonstration must not know it unseen
-    spec = next(s for s in synthesize("text", 2, 3, seed="unseen0") if "the only ." in s.instruction)
+    spec = next(s for s in synthesize("text", 2, 30, seed="unseen0") if "the only ." in s.instruction)
     hidden = [n for n in unseen_names(spec.instruction, spec.solution) if n in spec.files]
     assert hidden
     for shape in ("solve", "check"):

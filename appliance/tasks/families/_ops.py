@@ -17,6 +17,8 @@ PRELUDE helpers), the reference solution and the facts the request mentions; and
   ones (`header`, `crlf`, ...) are drawn by the op's own `build` from `ctx.trap`.
 - **hints** (the ladder between level 1's spelled-out command and the bare request): `tool` appends the
   tool's name, `partial` the start of the reference command, `None` is the request only.
+- **dressing** (`_dress`): half of the training requests at levels 2-5 get a reason before them, a remark
+  after them, a terse lowercase form or a typo in the phrasing's own words; held-out requests never.
 - **held-out pairs**: the last phrasing of every op, and every phrasing of an op with `heldout=True`,
   are generated only for split "heldout" (`pairs(..., split)`); training never sees them.
 
@@ -36,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from appliance.tasks.families._common import make, spelled_out
+from appliance.tasks.families._dress import DRESS_RATE, dress
 from appliance.tasks.format import TaskSpec
 
 HINTS = ("tool", "partial", None)  # request + tool name, request + partial command, request only
@@ -217,14 +220,16 @@ def _describable(phrasing: str) -> bool:
 
 
 def render(o: Op, phrasing: int, level: int, rng: random.Random, *, trap: str | None = None,
-           hint: str | None = None) -> TaskSpec:
-    """The task of one op at one level: level 1 spells the reference command out; above, the phrasing."""
+           hint: str | None = None, dressed: bool = False) -> TaskSpec:
+    """The task of one op at one level: level 1 spells the reference command out; above, the phrasing
+    (`dressed`: said the way people say things, `_dress`)."""
     case = draw_case(o, rng, trap, o.phrasings[phrasing] if level > 1 else "")
     if level == 1:
         return make(o.family, 1, o.name, instruction=spelled_out(case.solution), files=case.files,
                     verify=case.verify, solution=case.solution, setup=case.setup, protected=case.protected,
                     meta=_meta(o, None, None, None))
-    request = _capital(o.phrasings[phrasing].format(**case.facts))
+    template, before, after = dress(o.phrasings[phrasing], rng) if dressed else (o.phrasings[phrasing], "", "")
+    request = " ".join(filter(None, [before, _capital(template.format(**case.facts)), after]))
     if trap == "absent" and f"`{o.absent}" not in request:
         request += f" (`{o.absent}` would do this, if it is installed.)"
     if case.context:
@@ -280,7 +285,9 @@ def generate_family(family: str, level: int, rng: random.Random, *, split: str =
     trap = None
     if o.traps and (level == 5 or rng.random() < TRAP_RATE[level]):
         trap = rng.choice(o.traps)
-    return render(o, phrasing, level, rng, trap=trap, hint=hint)
+    # drawn in the train split only, so the held-out set's draws (and tasks) are what they were
+    dressed = split == "train" and rng.random() < DRESS_RATE
+    return render(o, phrasing, level, rng, trap=trap, hint=hint, dressed=dressed)
 
 
 def _legacy(spec: TaskSpec) -> TaskSpec:
