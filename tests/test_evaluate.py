@@ -171,6 +171,43 @@ def test_bench_learning_prints_the_dev_curve_beside_the_held_out_one(settings: S
     assert "0.0% [" in row and f"{dev.pass_at_1:6.1%} [{dev.low:5.1%}" in row
 
 
+def test_bench_learning_lets_only_a_trained_policys_evaluation_run_past_the_budget(settings: Settings,
+                                                                                     store: Store) -> None:
+    import sys
+    from pathlib import Path
+
+    from appliance.schemas import Phase
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import bench_learning
+
+    store.create_run("r", {})
+    store.start_iteration("r", 0, 0)
+    store.set_iteration_phase("r", 0, Phase.EVALUATE)
+    assert not bench_learning.evaluating_trained_policy(settings.home)  # the base model's baseline
+    store.start_iteration("r", 1, 0)
+    for phase, under_way in ((Phase.PRACTISE, False), (Phase.TRAIN, False), (Phase.EVALUATE, True),
+                             (Phase.DIAGNOSE, True), (Phase.DONE, False)):
+        store.set_iteration_phase("r", 1, phase)
+        assert bench_learning.evaluating_trained_policy(settings.home) is under_way, phase
+
+
+def test_bench_checkpoint_refuses_a_folder_that_is_not_a_model(tmp_path, monkeypatch, capsys) -> None:
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import bench_checkpoint
+
+    monkeypatch.setattr(sys, "argv", ["bench_checkpoint", "--model", str(tmp_path), "--home", str(tmp_path / "h")])
+    with pytest.raises(SystemExit) as stop:
+        bench_checkpoint.main()
+    assert stop.value.code == 2 and "is not a model folder (no config.json)" in capsys.readouterr().err
+    assert not (tmp_path / "h").exists()
+
+
 def test_after_the_baseline_the_dev_set_gets_what_the_held_out_set_left(settings: Settings, store: Store) -> None:
     store.create_run("r", {})
     store.start_iteration("r", 0, 0)

@@ -219,6 +219,10 @@ class HarnessSettings(Section):
     max_repeats: int = Field(2, ge=0, description="The built-in agent's episode ends (failure mode `repeating`) when "
                              "a turn repeats the one before (the same command, the same exit code) this many times "
                              "in a row; 0 = never.")
+    repeat_note: bool = Field(False, description="The built-in agent's observation of a failing command that repeats "
+                              "the turn before says so (running it again will not help; change it or look first), "
+                              "before `max_repeats` ends the episode: about half of a trained policy's dev-set "
+                              "rollouts ended repeating a failing command.")
     wall_time_s: float = Field(600.0, gt=0, description="The agent's time per episode; waiting for a busy engine "
                                "(503) does not count.")
     command_timeout_s: float = Field(60.0, gt=0, description="Time limit of one command the agent runs, with either "

@@ -44,11 +44,12 @@ class Limits:
     observation_chars: int = 2000  # longer command output keeps its head and tail
     engine_wait_s: float = 3600.0  # longest wait for an engine that answers 503 (training, syncing)
     max_repeats: int = 2  # turns in a row that repeat the one before (same reply, same exit code); 0: no limit
+    repeat_note: bool = False  # a repeated failing command's observation says it was repeated
 
     @classmethod
     def from_settings(cls, h: HarnessSettings) -> Limits:
         return cls(h.max_turns, h.max_completion_tokens, h.wall_time_s, h.command_timeout_s,
-                   h.observation_chars, h.engine_wait_s, h.max_repeats)
+                   h.observation_chars, h.engine_wait_s, h.max_repeats, h.repeat_note)
 
 
 class EndReason(StrEnum):

@@ -5,7 +5,8 @@ block), the sandbox's persistent shell runs it, and the truncated output goes ba
 An answer without a usable action gets a one-line correction instead of ending the episode. The loop
 ends on submit/DONE or on a limit (turns, completion tokens, wall time, the same command meeting the same
 exit code `max_repeats` more times in a row), on context overflow, or when
-the engine or the sandbox fails (an infra error: the runner must not blame the policy for it).
+the engine or the sandbox fails (an infra error: the runner must not blame the policy for it). With
+`repeat_note`, a failing command that repeats the turn before is told so in its observation.
 
 The assistant's messages are sent back exactly as received: the chat template then re-renders the
 sampled tokens, each prompt extends the previous one, and the rollout's calls merge into one training
@@ -145,6 +146,12 @@ def _reply(action: Action, text: str) -> list[dict[str, Any]]:
         {"role": "tool", "tool_call_id": i, "content": "Not run: one command per turn."} for i in rest]
 
 
+# Appended to the observation of a failing command that repeats the turn before (limits.repeat_note): a small
+# model re-runs its failing command until the episode ends, and nothing in the output says it already did.
+REPEAT_NOTE = ("\n(This is the command you ran last turn, and it failed the same way. Running it again will not "
+               "help: change it, or look at the files first.)")
+
+
 # Appended to a question task's request (TaskSpec.answer): the answer is the text of the message that says DONE.
 ANSWER_NOTE = "Give the answer in your last message, on the line before DONE."
 
@@ -215,7 +222,10 @@ def run_builtin(task_instruction: str, shell: Shell, client_config: ClientConfig
             if limits.max_repeats and repeats >= limits.max_repeats:
                 raise _Stop(EndReason.REPEATING, f"the same reply {repeats + 1} turns in a row")
             if action.command is not None:
-                messages.extend(observation_messages(action, result, limits, timeout))
+                said = observation_messages(action, result, limits, timeout)
+                if limits.repeat_note and repeats and exit_code:
+                    said[0] = {**said[0], "content": said[0]["content"] + REPEAT_NOTE}
+                messages.extend(said)
             else:
                 episode.parse_errors += 1
                 messages.extend(_reply(action, action.feedback or ""))

@@ -7,7 +7,7 @@ import pytest
 
 from appliance.errors import SandboxError
 from appliance.harness.base import ClientConfig, EndReason, Limits
-from appliance.harness.builtin import run_builtin
+from appliance.harness.builtin import REPEAT_NOTE, run_builtin
 from appliance.testing import FakeClock, FakeResult, FakeShell, Reply, ScriptDivergence, ScriptedPolicy
 from appliance.trajectories import build_samples
 
@@ -105,6 +105,22 @@ def test_a_repeat_that_changes_something_or_a_retry_after_a_change_goes_on():
     episode = run(policy, shell, Limits(max_turns=8, max_repeats=2))
     policy.assert_done()
     assert episode.end_reason == EndReason.SUBMITTED and episode.commands == 5
+
+
+def test_a_repeated_failing_command_is_told_so_when_the_note_is_on_and_a_repeated_success_never():
+    fail = "```bash\ncd nowhere\n```"
+    policy = ScriptedPolicy([fail, Reply(fail, expect="No such file"), Reply("```bash\nls\n```", expect=REPEAT_NOTE),
+                             Reply("```bash\nls\n```", expect="a.txt"), Reply("DONE", expect="a.txt")])
+    shell = FakeShell({"ls": "a.txt"}, default=FakeResult(1, "", "cd: nowhere: No such file or directory"))
+    episode = run(policy, shell, Limits(max_turns=8, max_repeats=2, repeat_note=True))
+    policy.assert_done()
+    said = [m["content"] for m in episode.messages if m["role"] == "user"][1:]
+    assert [REPEAT_NOTE in s for s in said] == [False, True, False, False]
+    assert episode.end_reason == EndReason.SUBMITTED
+    # off (the default), the observation is the command's output only
+    policy = ScriptedPolicy([fail, fail, "DONE"])
+    episode = run(policy, FakeShell(default=FakeResult(1, "", "no")), Limits(max_turns=8, max_repeats=2))
+    assert not any(REPEAT_NOTE in str(m["content"]) for m in episode.messages)
 
 
 def test_replies_without_a_command_repeated_end_too_and_zero_turns_the_rule_off():
