@@ -121,7 +121,7 @@ def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> Rollout
                     raise _Infra(f"task set-up failed ({setup.exit_code}): {setup.stderr.strip()[-300:]}")
             answer = ""
             if image is None:
-                episode = _run_builtin(practice, spec, sb.shell(), token)
+                episode = _run_builtin(practice, spec, sb.shell(), token, evaluating=rollout.purpose == "eval")
                 turns, answer = episode.turns, episode.answer
             else:
                 spec_h = harness_settings(settings, rollout.harness)
@@ -223,10 +223,12 @@ def engine_failed(call: ModelCall) -> bool:
     return status is not None and int(status.group(1)) >= 500
 
 
-def _run_builtin(practice: Practice, spec: TaskSpec, shell: Any, token: str) -> Episode:
+def _run_builtin(practice: Practice, spec: TaskSpec, shell: Any, token: str, *, evaluating: bool = False) -> Episode:
     h = practice.settings.harness
     client = ClientConfig.from_settings(h, f"{practice.proxy_url}/r/{token}/v1", token)
     client.transport = practice.client_transport
+    if evaluating and practice.settings.evaluation.temperature is not None:
+        client.temperature = practice.settings.evaluation.temperature
     limits = Limits.from_settings(h)
     limits.max_turns = min(limits.max_turns, spec.limits.max_turns)
     limits.command_timeout_s = min(limits.command_timeout_s, spec.limits.command_timeout_s)

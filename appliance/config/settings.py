@@ -318,6 +318,10 @@ class EvaluationSettings(Section):
     samples_per_task: int = Field(
         2, ge=1, description="Rollouts per held-out task (k); pass@1 is the mean over all of them, with a 95 % Wilson "
                              "interval.")
+    temperature: float | None = Field(
+        None, ge=0, description="Sampling temperature of the built-in agent's evaluation rollouts (held-out and dev "
+        "set), the one a deployed agent would run at; practice keeps harness.temperature for exploration. None: "
+        "harness.temperature. Compare runs only at the same value.")
     budget_share: float = Field(
         0.33, gt=0, le=1, description="Evaluation's share of an iteration's wall time: held-out tasks are cut (evenly "
         "over families and levels) so the measured rollout time stays under this share of the last iteration."

@@ -41,6 +41,19 @@ def test_a_correct_answer_succeeds(practice: Practice) -> None:
     assert (r.outcome, r.reward, r.turns) == (Outcome.SUCCESS, 1.0, 2), r.error
 
 
+def test_evaluation_rollouts_sample_at_the_evaluation_temperature_and_practice_at_the_harness_one(
+        practice: Practice) -> None:
+    practice.settings.evaluation.temperature = 0.2
+    temperatures = {}
+    for purpose in ("eval", "train"):
+        policy = ScriptedPolicy(["```bash\necho hi > hello.txt\n```", "DONE"])
+        practice.client_transport = policy.transport
+        rollout = new_rollout(practice.store, harness="builtin", policy_version=0, group_id=None, purpose=purpose)
+        assert run_rollout(practice, HELLO, rollout).rollout.outcome == Outcome.SUCCESS
+        temperatures[purpose] = {r["temperature"] for r in policy.requests}
+    assert temperatures == {"eval": {0.2}, "train": {practice.settings.harness.temperature}}
+
+
 def test_a_wrong_answer_fails_with_its_mode(practice: Practice) -> None:
     result, _ = _run(practice, HELLO, ["```bash\necho bye > hello.txt\n```", "DONE"])
     assert result.rollout.outcome == Outcome.FAILURE
