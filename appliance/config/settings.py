@@ -45,8 +45,7 @@ class SandboxSettings(Section):
                                "error.")
     workspace_size: str | None = Field(
         None, description="Size cap of /workspace, a tmpfs inside each sandbox that counts against sandbox.memory "
-                          '(e.g. "128m"); default a quarter of sandbox.memory.'
-    )
+                          '(e.g. "128m"); default a quarter of sandbox.memory.')
     validation_reuse: int = Field(
         25, ge=1, description="Tasks validated one after another in one sandbox, scrubbed between them (every process "
                               "killed, every writable place wiped and checked); 1 = a new sandbox per task "
@@ -168,11 +167,9 @@ class TrainingSettings(Section):
         "rollout's turns) to the group-normalised outcome; > 0 trains a value head as ppo does. 0 = off.")
     sft_batch_size: int = Field(
         4, ge=1, description="Samples per SFT optimizer step (drawn by length; a forward pass runs their shared "
-        "prompt once and holds at most micro_batch_size x max_seq_len tokens)."
-    )
+        "prompt once and holds at most micro_batch_size x max_seq_len tokens).")
     dtype: Literal["float32", "bfloat16"] = Field(
-        "float32", description="Trainer weights dtype; float32 on the CPU keeps the engine/trainer logprob gap ~0."
-    )
+        "float32", description="Trainer weights dtype; float32 on the CPU keeps the engine/trainer logprob gap ~0.")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward (less memory, ~30% "
                                          "slower).")
     seed: int = Field(0, description="Seed for LoRA initialisation and data order.")
@@ -184,20 +181,16 @@ class TrainingSettings(Section):
     )
     demonstrations: bool = Field(
         True, description="Teacher-free demonstrations: each valid task's reference solution, run through the built-in "
-        "harness's formatting and verified, becomes an SFT sample (never an RL sample)."
-    )
+        "harness's formatting and verified, becomes an SFT sample (never an RL sample).")
     demo_warmstart_levels: list[int] = Field(
-        [2, 3, 4], description="Levels of the demonstrations the first LEARN phase trains on (SFT) before any RL."
-    )
+        [2, 3, 4], description="Levels of the demonstrations the first LEARN phase trains on (SFT) before any RL.")
     demo_warmstart_tasks: int = Field(
         8, ge=0, description="Warm-start demonstration tasks per family and level (0 = no warm-start); 8 x 3 levels "
-        "x the families is about the 288 demonstrations that moved independent shell chores from 0/96 to 7/96."
-    )
+        "x the families is about the 288 demonstrations that moved independent shell chores from 0/96 to 7/96.")
     demo_warmstart_epochs: float = Field(2.0, gt=0, description="SFT epochs of the warm-start LEARN phase.")
     demo_mix_ratio: float = Field(
         1.0, ge=0, description="Demonstrations mixed into each later LEARN phase's SFT, per RL sample of the phase "
-        "(0 = none); picked from the kept pool, weighted toward each family's frontier level."
-    )
+        "(0 = none); picked from the kept pool, weighted toward each family's frontier level.")
     demo_mix_min: int = Field(8, ge=0, description="Fewest demonstrations mixed into a later LEARN phase (when the "
                               "pool has them), so an iteration without successes still learns.")
     demo_shapes: list[Literal["solve", "look", "check", "recover", "fix"]] = Field(
@@ -234,8 +227,7 @@ class HarnessSettings(Section):
     temperature: float = Field(0.7, ge=0, description="Sampling temperature of the built-in harness.")
     wheelhouse: Path | None = Field(
         None, description="Folder of wheels the third-party harness layers are installed from, offline "
-        "(pip --no-index --find-links); the container image sets it. None: pip's own indexes."
-    )
+        "(pip --no-index --find-links); the container image sets it. None: pip's own indexes.")
     native_tools: bool = Field(
         False, description="Offer bash/submit as OpenAI tools (needs the engine's tool parser); fenced blocks always "
                            "work.")
