@@ -5,9 +5,10 @@ Usage: scripts/bench checkpoint [--model DIR] [--seed 0] [--heldout-per-cell 1] 
 
 A recipe's inference side (the harness's temperature, turn cap, repeat limit) can be compared on a policy
 a 2-hour `scripts/bench learning` run already trained (its `checkpoints/vN` folder), without training
-again: this is the baseline evaluation of a fresh run whose base model is that folder (loop.iterations
-0), with the whole dev set (evaluation.devset_min_tasks raised). Every call evaluates the same dev tasks;
-the held-out tasks are drawn per run, so two calls' held-out numbers are over different draws.
+again: this is the baseline evaluation of a fresh run whose base model is that folder (the run is
+stopped when its baseline iteration is done), with the whole dev set (evaluation.devset_min_tasks
+raised). Every call evaluates the same dev tasks; the held-out tasks are drawn per run, so two calls'
+held-out numbers are over different draws.
 Run it under `flock /tmp/appliance-heavy.lock` on a shared machine.
 """
 
@@ -16,9 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,7 +52,7 @@ def main() -> int:
         "PYTHONPATH": str(REPO), "APPLIANCE_HOME": str(home), "APPLIANCE_PROFILE": "cpu",
         "APPLIANCE_ENGINE__MODEL": str(model),
         "APPLIANCE_PODMAN__ADDITIONAL_IMAGE_STORES": json.dumps([str(settings.podman_graphroot)]),
-        "APPLIANCE_TRAINING__SEED": str(args.seed), "APPLIANCE_LOOP__ITERATIONS": "0",
+        "APPLIANCE_TRAINING__SEED": str(args.seed), "APPLIANCE_LOOP__ITERATIONS": "1",
         "APPLIANCE_LOOP__HELDOUT_PER_CELL": str(args.heldout_per_cell),
         "APPLIANCE_EVALUATION__DEVSET_MIN_TASKS": "1000",
     })
@@ -58,12 +61,33 @@ def main() -> int:
         env["APPLIANCE_" + key.upper().replace(".", "__")] = value
     print(f"evaluating {model} in {home} ({' '.join(args.set) or 'default settings'})", flush=True)
     with open(home / "bench.log", "a") as log:
-        rc = subprocess.run([str(REPO / ".venv/bin/appliance"), "run", "--headless"], env=env, cwd=REPO,
-                            stdout=log, stderr=subprocess.STDOUT).returncode
-    if rc != 0:
-        print(f"appliance run exited {rc}: see {home / 'bench.log'}")
-        return rc
+        proc = subprocess.Popen([str(REPO / ".venv/bin/appliance"), "run", "--headless"], env=env, cwd=REPO,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        while proc.poll() is None and not baseline_done(home):
+            time.sleep(5)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)  # `appliance run` stops cleanly on SIGTERM
+            proc.wait()
+        elif proc.returncode != 0:
+            print(f"appliance run exited {proc.returncode}: see {home / 'bench.log'}")
+            return proc.returncode
     return report(home)
+
+
+def baseline_done(home: Path) -> bool:
+    """Whether the run's baseline iteration (evaluate, diagnose) is over."""
+    from appliance.schemas import Phase
+    from appliance.store import Store
+
+    if not (home / "appliance.db").exists():
+        return False
+    store = Store(home / "appliance.db", migrate=False)
+    try:
+        run = store.latest_run()
+        its = store.iterations(run.id) if run else []
+        return len(its) > 1 or (bool(its) and its[0].phase == Phase.DONE)
+    finally:
+        store.close()
 
 
 if __name__ == "__main__":
