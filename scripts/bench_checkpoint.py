@@ -15,8 +15,6 @@ Run it under `flock /tmp/appliance-heavy.lock` on a shared machine.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import signal
 import subprocess
 import sys
@@ -29,7 +27,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
 from appliance.config import load_settings  # noqa: E402
-from bench_learning import report  # noqa: E402
+from bench_learning import iterations_of, report, run_env  # noqa: E402
 
 
 def main() -> int:
@@ -47,18 +45,8 @@ def main() -> int:
         ap.error(f"{model} is not a model folder (no config.json): pass a checkpoints/vN folder or leave --model out")
     home = args.home or Path(tempfile.mkdtemp(prefix="appliance-bench-checkpoint-"))
     home.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
-    env.update({
-        "PYTHONPATH": str(REPO), "APPLIANCE_HOME": str(home), "APPLIANCE_PROFILE": "cpu",
-        "APPLIANCE_ENGINE__MODEL": str(model),
-        "APPLIANCE_PODMAN__ADDITIONAL_IMAGE_STORES": json.dumps([str(settings.podman_graphroot)]),
-        "APPLIANCE_TRAINING__SEED": str(args.seed), "APPLIANCE_LOOP__ITERATIONS": "1",
-        "APPLIANCE_LOOP__HELDOUT_PER_CELL": str(args.heldout_per_cell),
-        "APPLIANCE_EVALUATION__DEVSET_MIN_TASKS": "1000",
-    })
-    for kv in args.set:
-        key, _, value = kv.partition("=")
-        env["APPLIANCE_" + key.upper().replace(".", "__")] = value
+    env = run_env(home, model, args.seed, args.set, APPLIANCE_LOOP__ITERATIONS="1",
+                  APPLIANCE_LOOP__HELDOUT_PER_CELL=str(args.heldout_per_cell))
     print(f"evaluating {model} in {home} ({' '.join(args.set) or 'default settings'})", flush=True)
     with open(home / "bench.log", "a") as log:
         proc = subprocess.Popen([str(REPO / ".venv/bin/appliance"), "run", "--headless"], env=env, cwd=REPO,
@@ -77,17 +65,9 @@ def main() -> int:
 def baseline_done(home: Path) -> bool:
     """Whether the run's baseline iteration (evaluate, diagnose) is over."""
     from appliance.schemas import Phase
-    from appliance.store import Store
 
-    if not (home / "appliance.db").exists():
-        return False
-    store = Store(home / "appliance.db", migrate=False)
-    try:
-        run = store.latest_run()
-        its = store.iterations(run.id) if run else []
-        return len(its) > 1 or (bool(its) and its[0].phase == Phase.DONE)
-    finally:
-        store.close()
+    its = iterations_of(home)
+    return len(its) > 1 or (bool(its) and its[0].phase == Phase.DONE)
 
 
 if __name__ == "__main__":

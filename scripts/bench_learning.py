@@ -74,17 +74,44 @@ def report(home: Path) -> int:
     return 0
 
 
+def iterations_of(home: Path) -> list:
+    """The iterations of the newest run in `home` (none before its store exists)."""
+    if not (home / "appliance.db").exists():
+        return []
+    store = Store(home / "appliance.db", migrate=False)
+    try:
+        run = store.latest_run()
+        return store.iterations(run.id) if run else []
+    finally:
+        store.close()
+
+
 def evaluating_trained_policy(home: Path) -> bool:
     """Whether the run's newest iteration (not the base model's baseline) is evaluating or diagnosing."""
     from appliance.schemas import Phase
 
-    store = Store(home / "appliance.db", migrate=False)
-    try:
-        run = store.latest_run()
-        its = store.iterations(run.id) if run else []
-        return bool(its) and its[-1].index > 0 and its[-1].phase in (Phase.EVALUATE, Phase.DIAGNOSE)
-    finally:
-        store.close()
+    its = iterations_of(home)
+    return bool(its) and its[-1].index > 0 and its[-1].phase in (Phase.EVALUATE, Phase.DIAGNOSE)
+
+
+def run_env(home: Path, model: Path, seed: int, sets: list[str], **settings: str) -> dict[str, str]:
+    """The environment of an `appliance run` of this checkout in `home` on the cpu profile, from `model`, with
+    the whole dev set at every evaluation, then `settings` (APPLIANCE_ names) and the --set KEY=VALUE pairs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
+    env.update({
+        "PYTHONPATH": str(REPO),  # this checkout's code, also under an editable install elsewhere
+        "APPLIANCE_HOME": str(home), "APPLIANCE_PROFILE": "cpu", "APPLIANCE_ENGINE__MODEL": str(model),
+        "APPLIANCE_PODMAN__ADDITIONAL_IMAGE_STORES": json.dumps([str(load_settings().podman_graphroot)]),
+        "APPLIANCE_TRAINING__SEED": str(seed),
+        # the whole dev set at every evaluation: the bench compares its first and last pass@1 by their
+        # intervals, which the evaluation budget's 10-task minimum would leave too wide to separate
+        "APPLIANCE_EVALUATION__DEVSET_MIN_TASKS": "1000",
+        **settings,
+    })
+    for kv in sets:
+        key, _, value = kv.partition("=")
+        env["APPLIANCE_" + key.upper().replace(".", "__")] = value
+    return env
 
 
 def beside(heldout: list, dev: list) -> None:
@@ -148,24 +175,9 @@ def main() -> int:
         return report(args.home)
     home = args.home or Path(tempfile.mkdtemp(prefix="appliance-bench-learning-"))
     home.mkdir(parents=True, exist_ok=True)
-    main_settings = load_settings()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
-    env.update({
-        "PYTHONPATH": str(REPO),  # this checkout's code, also under an editable install elsewhere
-        "APPLIANCE_HOME": str(home), "APPLIANCE_PROFILE": "cpu",
-        "APPLIANCE_ENGINE__MODEL": str(main_settings.model_path),
-        "APPLIANCE_PODMAN__ADDITIONAL_IMAGE_STORES": json.dumps([str(main_settings.podman_graphroot)]),
-        "APPLIANCE_TRAINING__SEED": str(args.seed),
-        "APPLIANCE_LOOP__ITERATIONS": "1000",  # the budget, not the count, ends the run
-        # the whole dev set at every evaluation: the bench compares its first and last pass@1 by their
-        # intervals, which the evaluation budget's 10-task minimum would leave too wide to separate
-        "APPLIANCE_EVALUATION__DEVSET_MIN_TASKS": "1000",
-    })
-    if args.method:
-        env["APPLIANCE_TRAINING__METHOD"] = args.method
-    for kv in args.set:
-        key, _, value = kv.partition("=")
-        env["APPLIANCE_" + key.upper().replace(".", "__")] = value
+    method = {"APPLIANCE_TRAINING__METHOD": args.method} if args.method else {}
+    env = run_env(home, load_settings().model_path, args.seed, args.set, **method,
+                  APPLIANCE_LOOP__ITERATIONS="1000")  # the budget, not the count, ends the run
     print(f"appliance run in {home} for {args.minutes:g} min (seed {args.seed})", flush=True)
     log = open(home.parent / f"{home.name}.log", "w") if args.home is None else open(home / "bench.log", "a")
     proc = subprocess.Popen([str(REPO / ".venv/bin/appliance"), "run", "--headless"], env=env, cwd=REPO,
