@@ -46,14 +46,17 @@ def test_every_op_phrasing_dresses_into_a_request_with_every_fact_unchanged() ->
     assert len(styles) >= 5
 
 
+def said_around(instruction: str) -> bool:
+    """A reason before the request or a remark after it (terse and typo styles are not seen here)."""
+    return instruction.startswith(tuple(REASONS)) or instruction.split("\n")[0].endswith(tuple(ASIDES))
+
+
 def test_about_half_the_training_requests_are_dressed_and_none_held_out() -> None:
     train = [t for f in FAMILIES for lvl in (2, 3, 4) for t in synthesize(f, lvl, 10, seed=3)]
-    dressed = [t for t in train if t.instruction.startswith(tuple(REASONS))
-               or t.instruction.split("\n")[0].endswith(tuple(ASIDES))]
+    dressed = [t for t in train if said_around(t.instruction)]
     assert 0.1 < len(dressed) / len(train) < 0.6, len(dressed) / len(train)
     held = heldout_tasks(list(FAMILIES), [2, 3, 4], 2, seed_base="dress")
-    assert not any(t.instruction.startswith(tuple(REASONS)) or t.instruction.split("\n")[0].endswith(tuple(ASIDES))
-                   for t in held)
+    assert not any(said_around(t.instruction) for t in held)
 
 
 def test_the_held_out_set_is_the_same_whatever_the_dressing_rate(monkeypatch: pytest.MonkeyPatch) -> None:
