@@ -42,3 +42,12 @@ def test_train_and_heldout_streams_differ() -> None:
     held = {s.id for s in synthesize("text", 3, 30, seed=0, split="heldout")}
     kept = synthesize("text", 3, 30, seed=0, exclude=held)
     assert not held & {s.id for s in kept} and train != held
+
+
+def test_an_output_never_takes_an_inputs_name() -> None:
+    # `wc -w < words.txt > words.txt` empties words.txt before counting it: the sweep once drew exactly that
+    from appliance.tasks.families._ops import Ctx
+
+    ctx = Ctx(random.Random(0), None)
+    src = ctx.src("txt", stems=["words"])
+    assert src == "words.txt" and ctx.out("words.txt") == "out-words.txt" and ctx.out("count.txt") == "count.txt"

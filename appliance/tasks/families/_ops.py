@@ -126,6 +126,7 @@ class Ctx:
         self.rng, self.trap = rng, trap
         self.outdir: str | None = None
         self.spaced = False
+        self.sources: set[str] = set()
 
     def pick(self, pool: list, k: int | None = None):
         return self.rng.choice(pool) if k is None else self.rng.sample(pool, k)
@@ -136,11 +137,17 @@ class Ctx:
         if self.trap == "spaces" and not self.spaced:
             self.spaced = True
             a, b = self.rng.sample(SPACED, 2)
-            return f"{a} {b}.{ext}"
-        return f"{self.rng.choice(stems)}.{ext}"
+            name = f"{a} {b}.{ext}"
+        else:
+            name = f"{self.rng.choice(stems)}.{ext}"
+        self.sources.add(name)
+        return name
 
     def out(self, name: str) -> str:
-        """An output path; under the `missing-dir` trap it lies in a directory that does not exist yet."""
+        """An output path; under the `missing-dir` trap it lies in a directory that does not exist yet. It is
+        never an input's name: `wc -w < words.txt > words.txt` would empty the file before counting it."""
+        if name in self.sources:
+            name = f"out-{name}"
         if self.trap == "missing-dir":
             if self.outdir is None:
                 self.outdir = self.rng.choice(OUT_DIRS)
