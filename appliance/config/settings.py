@@ -81,8 +81,7 @@ class EngineSettings(Section):
         0.0, ge=0, le=1,
         description="Nats by which a canary token's log-probability may differ from the reference's, and the top-2 "
                     "margin below which an argmax flip is a near-tie (appliance/serving/canary.py); 0 = the tokens "
-                    "must be equal (float32 serving).",
-    )
+                    "must be equal (float32 serving).")
     drain_timeout_s: float = Field(600.0, gt=0, description="Longest wait for in-flight model calls before sleeping.")
     hang_timeout_s: float = Field(120.0, gt=0, description="A one-token probe generation unanswered this long means "
                                   "the engine hangs (its /health still answers): it is restarted.")
@@ -316,17 +315,18 @@ class EvaluationSettings(Section):
         "harness.temperature. Compare runs only at the same value.")
     budget_share: float = Field(
         0.33, gt=0, le=1, description="Evaluation's share of an iteration's wall time: held-out tasks are cut (evenly "
-        "over families and levels) so the measured rollout time stays under this share of the last iteration."
-    )
+        "over families and levels) so the measured rollout time stays under this share of the last iteration.")
     min_tasks: int = Field(8, ge=1, description="Held-out tasks evaluated at least, whatever the budget says.")
     devset: bool = Field(
         True, description="Also evaluate the transfer dev set (appliance/tasks/devset: everyday tasks written "
-        "independently of the families, never trained on) with the same k and interval, for choosing recipes."
-    )
+        "independently of the families, never trained on) with the same k and interval, for choosing recipes.")
     devset_min_tasks: int = Field(
         10, ge=0, description="Dev tasks evaluated at least (round-robin over its categories) when the budget left "
-        "after the held-out set does not fit the whole dev set; the baseline always evaluates all of it."
-    )
+        "after the held-out set does not fit the whole dev set; the baseline always evaluates all of it.")
+    after_warmstart: bool = Field(
+        True, description="Evaluate the policy the warm-start SFT alone trained (iteration 1 under "
+        "loop.warmstart_first). Off: that EVALUATE is skipped and its minutes go to practice and training; the next "
+        "evaluation measures warm-start and practice together (what a time-boxed run wants).")
 
 
 class ExternalHarnessSettings(Section):

@@ -17,6 +17,10 @@ from appliance.schemas import Split, TaskStatus
 
 
 def evaluate(ctx: PhaseContext, index: int) -> None:
+    if not ctx.settings.evaluation.after_warmstart and warmstart_alone(ctx, index):
+        ctx.event("evaluate", f"iteration {index}: not evaluated: it is the warm-start alone "
+                  "(evaluation.after_warmstart off); the next evaluation measures it with practice")
+        return
     heldout = ctx.store.tasks(ctx.run_id, split=Split.HELDOUT)
     proposed = [t for t in heldout if t.status == TaskStatus.PROPOSED]
     if proposed:
@@ -32,3 +36,10 @@ def evaluate(ctx: PhaseContext, index: int) -> None:
                           new_rollout=new_rollout, validate=partial(validate_tasks, ctx))
     if dev is not None:
         ctx.event("evaluate", f"iteration {index}: dev-set pass@1 {dev.describe()} over {dev.tasks} tasks x {dev.k}")
+
+
+def warmstart_alone(ctx: PhaseContext, index: int) -> bool:
+    """Whether this iteration learnt from the warm-start SFT alone: the first, under loop.warmstart_first,
+    with nothing practised (the weights it trained exist by now, so `warmstart_first` no longer says so)."""
+    return (index == 1 and ctx.settings.loop.warmstart_first and ctx.settings.training.demonstrations
+            and not ctx.store.rollouts(ctx.run_id, iteration=index, purpose="train"))

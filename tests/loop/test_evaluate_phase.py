@@ -11,9 +11,11 @@ import pytest
 from appliance.config import Settings
 from appliance.loop import Loop
 from appliance.phases import evaluate as evaluate_phase
-from appliance.schemas import Outcome, Split, TaskStatus
+from appliance.practice import new_rollout
+from appliance.schemas import Outcome, Split, Task, TaskStatus
 from appliance.store import Store
 from appliance.tasks.devset import devset_tasks
+from appliance.tasks.families import synthesize
 from appliance.testing import FakeEngine
 
 
@@ -48,3 +50,36 @@ def test_evaluate_runs_the_held_out_set_then_the_dev_set(settings: Settings, sto
     said = [e.message for e in store.events(loop.run.id) if e.kind == "evaluate"]
     assert any("held-out pass@1" in m for m in said)
     assert any("dev-set pass@1 0.0% [0.0%, " in m and f"over {dev} tasks x {k}" in m for m in said)
+
+
+@pytest.mark.parametrize("practised", [False, True])
+def test_after_warmstart_off_skips_only_the_warm_start_alones_evaluation(settings: Settings, store: Store,
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        practised: bool) -> None:
+    settings.loop.families = ["files"]
+    settings.evaluation.after_warmstart = False
+    loop = Loop(settings, store, FakeEngine(), SimpleNamespace(stopping=threading.Event()), log=lambda _: None)
+    measured: list[int] = []
+    monkeypatch.setattr(evaluate_phase, "evaluate_heldout", lambda *a, **k: measured.append(a[3]) or _Said())
+    monkeypatch.setattr(evaluate_phase, "evaluate_devset", lambda *a, **k: None)
+    monkeypatch.setattr(evaluate_phase, "validate_tasks", lambda _context, tasks: None)
+    store.start_iteration(loop.run.id, 1, 1)
+    if practised:  # a run that practised in iteration 1 (the setting was off then): its evaluation stays
+        spec = synthesize("files", 2, 1)[0]
+        store.add_task(Task(spec.id, loop.run.id, "files", 2, spec.source, Split.TRAIN, TaskStatus.VALID,
+                            spec.to_spec()))
+        new_rollout(store, harness="builtin", policy_version=1, run_id=loop.run.id,
+                    task_id=spec.id, group_id="g", iteration=1, purpose="train", rollout_id="g.0")
+    evaluate_phase.evaluate(loop.context, 1)
+    store.start_iteration(loop.run.id, 2, 2)
+    evaluate_phase.evaluate(loop.context, 2)
+    assert measured == ([1, 2] if practised else [2])
+    skipped = [e.message for e in store.events(loop.run.id) if "not evaluated" in e.message]
+    assert len(skipped) == (0 if practised else 1)
+
+
+class _Said:
+    tasks, k = 1, 1
+
+    def describe(self) -> str:
+        return "0.0%"
