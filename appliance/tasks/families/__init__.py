@@ -19,6 +19,7 @@ from appliance.tasks.families import (
     answer,
     archive,
     chores,
+    convert,
     data,
     edit,
     files,
@@ -35,7 +36,8 @@ from appliance.tasks.families._ops import HINTS, REGISTRY, Op, all_ops
 from appliance.tasks.format import TaskSpec
 
 FAMILIES: dict[str, ModuleType] = {m.FAMILY: m for m in (files, text, data, pyfix, pipeline, git, replace, script,
-                                                          find, jsondata, archive, answer, chores, edit)}
+                                                          find, jsondata, archive, answer, chores, edit,
+                                                          convert)}
 LEVELS = (1, 2, 3, 4, 5)
 SPLITS = ("train", "heldout")
 __all__ = ["FAMILIES", "HINTS", "LEVELS", "REGISTRY", "SPLITS", "Op", "all_ops", "family", "generate", "seed_rng",
