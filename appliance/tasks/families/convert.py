@@ -205,13 +205,18 @@ def _squeeze_spaces(c: Ctx) -> Case:
                 dict(src=src, out=out))
 
 
-def _with_repeats(c: Ctx) -> tuple[list[str], list[str], list[str]]:
-    """Lines in no order where some repeat: (lines, the repeated ones, the ones seen once), both sorted."""
+def _repeats_case(c: Ctx, flag: str, outs: list[str]) -> Case:
+    """Lines in no order where some repeat; the output is the repeated ones (`uniq -d`) or the ones seen
+    once (`uniq -u`), sorted."""
+    src = c.src("txt", ["signups", "entries", "names", "votes"])
     pool = c.pick(ITEMS, c.rng.randint(6, 10))
     twice = pool[: c.rng.randint(2, 4)]
     lines = pool + twice + c.pick(twice, 1)
     c.rng.shuffle(lines)
-    return lines, sorted(twice), sorted(set(pool) - set(twice))
+    want = sorted(twice) if flag == "-d" else sorted(set(pool) - set(twice))
+    out = c.out(c.pick(outs))
+    return Case({src: text_of(lines)}, lines_is(out, want), f"sort {q(src)} | uniq {flag} > {q(out)}",
+                dict(src=src, out=out))
 
 
 @op(FAMILY, "repeated-lines", (2, 3, 4), f"{CORE}: uniq -d", "uniq -d", [
@@ -222,11 +227,7 @@ def _with_repeats(c: Ctx) -> tuple[list[str], list[str], list[str]]:
     "alphabetically.",
 ], traps=IO)
 def _repeated(c: Ctx) -> Case:
-    src = c.src("txt", ["signups", "entries", "names", "votes"])
-    lines, twice, _ = _with_repeats(c)
-    out = c.out(c.pick(["dupes.txt", "repeated.txt", "twice.txt"]))
-    return Case({src: text_of(lines)}, lines_is(out, twice), f"sort {q(src)} | uniq -d > {q(out)}",
-                dict(src=src, out=out))
+    return _repeats_case(c, "-d", ["dupes.txt", "repeated.txt", "twice.txt"])
 
 
 @op(FAMILY, "unique-lines", (2, 3, 4), f"{CORE}: uniq -u", "uniq -u", [
@@ -236,20 +237,22 @@ def _repeated(c: Ctx) -> Case:
     "Which entries are unique in {src} (seen a single time)? Sorted, into {out}.",
 ], traps=IO)
 def _unique(c: Ctx) -> Case:
-    src = c.src("txt", ["signups", "entries", "names", "votes"])
-    lines, _, once = _with_repeats(c)
-    out = c.out(c.pick(["single.txt", "unique.txt", "once.txt"]))
-    return Case({src: text_of(lines)}, lines_is(out, once), f"sort {q(src)} | uniq -u > {q(out)}",
-                dict(src=src, out=out))
+    return _repeats_case(c, "-u", ["single.txt", "unique.txt", "once.txt"])
 
 
 DIRS = ["src", "docs", "assets/img", "lib/util", "var/log", "home/ann/music", "build/out", "config"]
 
 
-def _paths(c: Ctx) -> list[str]:
-    return [f"/{c.pick(DIRS)}/{c.pick(ITEMS)}{c.rng.randint(1, 99)}.{c.pick(['txt', 'png', 'py', 'log', 'mp3'])}"
-            if c.rng.random() < 0.5 else f"{c.pick(DIRS)}/{c.pick(ITEMS)}.{c.pick(['md', 'conf', 'sh'])}"
-            for _ in range(c.rng.randint(4, 7))]
+def _path_case(c: Ctx, tool: str, outs: list[str]) -> Case:
+    """A list of paths and, in the output, each one's basename or dirname (`tool`)."""
+    src = c.src("txt", ["paths", "files", "manifest", "listing"])
+    paths = [f"/{c.pick(DIRS)}/{c.pick(ITEMS)}{c.rng.randint(1, 99)}.{c.pick(['txt', 'png', 'py', 'log', 'mp3'])}"
+             if c.rng.random() < 0.5 else f"{c.pick(DIRS)}/{c.pick(ITEMS)}.{c.pick(['md', 'conf', 'sh'])}"
+             for _ in range(c.rng.randint(4, 7))]
+    out = c.out(c.pick(outs))
+    want = [p.rsplit("/", 1)[1 if tool == "basename" else 0] for p in paths]
+    return Case({src: text_of(paths)}, lines_is(out, want), f"xargs -n 1 {tool} < {q(src)} > {q(out)}",
+                dict(src=src, out=out))
 
 
 @op(FAMILY, "base-names", (1, 2, 3), f"{CORE}: basename", "basename", [
@@ -259,11 +262,7 @@ def _paths(c: Ctx) -> list[str]:
     "I only need the names, not the folders: turn each path of {src} into its basename and save them as {out}.",
 ], traps=IO)
 def _base_names(c: Ctx) -> Case:
-    src = c.src("txt", ["paths", "files", "manifest", "listing"])
-    paths = _paths(c)
-    out = c.out(c.pick(["names.txt", "basenames.txt", "filenames.txt"]))
-    return Case({src: text_of(paths)}, lines_is(out, [p.rsplit("/", 1)[1] for p in paths]),
-                f"xargs -n 1 basename < {q(src)} > {q(out)}", dict(src=src, out=out))
+    return _path_case(c, "basename", ["names.txt", "basenames.txt", "filenames.txt"])
 
 
 @op(FAMILY, "parent-dirs", (2, 3), f"{CORE}: dirname", "dirname", [
@@ -273,11 +272,7 @@ def _base_names(c: Ctx) -> Case:
     "Which directory holds each of the files listed in {src}? One answer per path, into {out}.",
 ], traps=IO)
 def _parent_dirs(c: Ctx) -> Case:
-    src = c.src("txt", ["paths", "files", "manifest", "listing"])
-    paths = _paths(c)
-    out = c.out(c.pick(["dirs.txt", "folders.txt", "parents.txt"]))
-    return Case({src: text_of(paths)}, lines_is(out, [p.rsplit("/", 1)[0] for p in paths]),
-                f"xargs -n 1 dirname < {q(src)} > {q(out)}", dict(src=src, out=out))
+    return _path_case(c, "dirname", ["dirs.txt", "folders.txt", "parents.txt"])
 
 
 @op(FAMILY, "delete-digits", (1, 2, 3), f"{CORE}: tr -d", "tr -d", [
