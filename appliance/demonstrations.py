@@ -132,7 +132,8 @@ def demonstrate(settings: Settings, spec: TaskSpec, *, start: SandboxStarter | N
                         break
             for name in edited:  # what an in-place edit quotes is read first, as the agent must (a lesson)
                 if room(2):
-                    turn(f"cat {shlex.quote(name)}", keep=lambda r: r.exit_code == 0 and not r.timed_out)
+                    turn(episode_shapes.read_command(name, spec.solution),
+                         keep=lambda r: r.exit_code == 0 and not r.timed_out)
             if first_attempt and room(2):
                 # a trapped task: the obvious attempt really fails (context), and the solution reads the error
                 turn(first_attempt, keep=lambda r: r.exit_code != 0 and not r.timed_out, trained=False)

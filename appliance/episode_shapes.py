@@ -109,6 +109,19 @@ def edited_files(solution: str) -> list[str]:
     return [name for name in dict.fromkeys(out) if not name.startswith("-")]
 
 
+def read_command(name: str, solution: str) -> str:
+    """How an in-place edit's file is read first: numbered (`cat -n`) when the solution addresses its lines by
+    number (`sed -i '9s/a/b/' FILE`), since the number is read off that view; otherwise `cat`."""
+    for line in solution.splitlines():
+        try:
+            words = shlex.split(line)
+        except ValueError:
+            continue
+        if words[:1] == ["sed"] and words[-1:] == [name] and any(re.match(r"\d+(,\d+)?[sdc]", w) for w in words[1:-1]):
+            return f"cat -n {shlex.quote(name)}"
+    return f"cat {shlex.quote(name)}"
+
+
 def look_commands(instruction: str, deep: bool) -> list[str]:
     """Looks at the workspace, best first; `deep` adds a `find` for a name `ls` of the top does not show."""
     dirs = named_dirs(instruction)

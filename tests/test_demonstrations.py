@@ -19,7 +19,7 @@ from appliance.demonstrations import (
     spread_over_operations,
     to_demonstration,
 )
-from appliance.episode_shapes import edited_files, printed_instead, unseen_names
+from appliance.episode_shapes import edited_files, printed_instead, read_command, unseen_names
 from appliance.harness.builtin import SYSTEM_PROMPT
 from appliance.schemas import Demonstration, Split, Task, TaskStatus
 from appliance.store import Store
@@ -143,12 +143,13 @@ def test_a_repository_in_a_subfolder_shows_git_failing_at_the_top_then_the_cd(sa
 
 def test_an_in_place_edit_reads_the_file_first_and_that_read_is_trained(sandbox_settings: Settings) -> None:
     spec = next(s for s in synthesize("edit", 3, 8, seed="read0")
-                if s.solution.startswith("sed -i") and not s.meta.get("trap"))
+                if s.solution.startswith("sed -i") and not s.meta.get("trap")
+                and edited_files(s.solution)[0] in s.instruction)  # a file to find is looked for first
     name = edited_files(spec.solution)[0]
     run = demonstrate(sandbox_settings, spec, shape="solve")
     assert run.error is None and run.passed, run
     said = [m["content"] for m in run.messages if m["role"] == "assistant"]
-    assert said == [command_block(f"cat {name}"), command_block(spec.solution), FINISH]
+    assert said == [command_block(read_command(name, spec.solution)), command_block(spec.solution), FINISH]
     assert spec.files[name].splitlines()[0] in run.messages[3]["content"]  # the file's own text, really read
     assert run.untrained == ()
 

@@ -15,6 +15,7 @@ from appliance.episode_shapes import (
     named_dirs,
     named_files,
     printed_instead,
+    read_command,
     shape_of,
     unseen_names,
     untrained_mask,
@@ -94,3 +95,10 @@ def test_edited_files_are_the_in_place_edits_targets() -> None:
     assert edited_files("cat > util.py <<'EOF'\ndef f():\n    pass\nEOF") == ["util.py"]
     # a stream edit into another file, and a file the solution writes from nothing, are not edits in place
     assert edited_files("sed -n 2p a.txt > b.txt\nprintf 'x\\n' > c.txt") == []
+
+
+def test_an_edit_by_line_number_reads_the_file_numbered() -> None:
+    assert read_command("ssh_config", "sed -i '10s/2200/22/' ssh_config") == "cat -n ssh_config"
+    assert read_command("run.sh", "sed -i '3,4d' run.sh") == "cat -n run.sh"
+    assert read_command("app.env", "sed -i 's|^PORT=1$|PORT=2|' app.env") == "cat app.env"
+    assert read_command("my notes.txt", "sed -i '2s/a/b/' other.txt") == "cat 'my notes.txt'"

@@ -16,7 +16,7 @@ import pytest
 from appliance.config import Settings
 from appliance.tasks import validate as v
 from appliance.tasks.families import FAMILIES, REGISTRY, generate, synthesize
-from appliance.tasks.families._ops import pairs, render
+from appliance.tasks.families._ops import Ctx, pairs, render
 
 KINDS = ("answer", "chores", "edit")
 GIT_NEW = ["git-amend-add-file", "git-revert-commit", "git-cherry-pick", "git-find-commit", "git-restore-file"]
@@ -107,3 +107,20 @@ def test_one_task_per_new_operation_validates_in_real_sandboxes(sandbox_settings
     results = v.validate_many(sandbox_settings, specs, parallel=2)
     bad = [(s.meta["operation"], r.reason) for s, r in zip(specs, results, strict=True) if not r.ok]
     assert bad == []
+
+
+def test_a_settings_edit_has_look_alikes_and_a_block_edit_repeats_its_line() -> None:
+    ops = {o.name: o for o in REGISTRY["edit"]}
+    for i in range(30):
+        case = ops["edit-setting"].build(Ctx(random.Random(i), None))
+        (text,) = case.files.values()
+        key, old = case.facts["key"], case.facts["old"]
+        near = [line for line in text.splitlines() if key[:5] in line]
+        assert len(near) >= 3, near  # the line, a commented-out value and a look-alike key (same prefix)
+        assert case.solution.startswith("sed -i 's|^") and case.solution.endswith(case.facts["src"])
+        assert old.split(".")[-1] + "$|" in case.solution  # the whole line, anchored
+        case = ops["edit-in-block"].build(Ctx(random.Random(i), None))
+        (text,) = case.files.values()
+        line_no = int(case.solution.split("'")[1].split("s")[0])
+        changed = text.splitlines()[line_no - 1]
+        assert case.facts["old"] in changed and text.splitlines().count(changed) >= 2
