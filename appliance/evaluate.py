@@ -218,7 +218,7 @@ def evaluate_devset(store: Store, settings: Settings, run_id: str, iteration: in
 
     if not settings.evaluation.devset:
         return None
-    fix_devset(store, run_id)
+    fix_devset(store, run_id, settings.evaluation.devset_batch)
     proposed = store.tasks(run_id, split=Split.DEV, status=TaskStatus.PROPOSED)
     if proposed:
         validate(proposed)

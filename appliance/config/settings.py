@@ -109,22 +109,19 @@ class TrainingSettings(Section):
     method: Literal["grpo", "sft", "both", "ppo"] = Field(
         "grpo", description="Learning method: GRPO-family RL, SFT on successful trajectories, both (SFT first), or "
         "ppo: the clipped objective with a critic (a value head on the policy) and GAE over the group's call tree, "
-        "one value per assistant turn (docs/DESIGN.md, \"Turn-level credit\").",
-    )
+        "one value per assistant turn (docs/DESIGN.md, \"Turn-level credit\").")
     loss_type: Literal["grpo", "dapo", "dr_grpo", "gspo"] = Field(
         "dapo",
         description="Policy loss, as TRL names them: grpo (per-sequence token mean), dapo (token mean over the batch), "
         "dr_grpo (fixed-length normaliser, no std scaling), gspo (sequence-level importance ratio; GSPO wants "
-        "epsilon ~3e-4 and epsilon_high ~4e-4).",
-    )
+        "epsilon ~3e-4 and epsilon_high ~4e-4).")
     full_finetune: bool = Field(False, description="Train all weights instead of a LoRA adapter.")
     lora_rank: int = Field(16, ge=1, description="LoRA rank r.")
     lora_alpha: int = Field(32, ge=1, description="LoRA alpha (the update is scaled by alpha / r).")
     lora_dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the LoRA input.")
     lora_targets: list[str] = Field(
         ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-        description="Module names LoRA adapts (vLLM's LoRA loader supports the attention and MLP projections).",
-    )
+        description="Module names LoRA adapts (vLLM's LoRA loader supports the attention and MLP projections).")
     learning_rate: float = Field(1e-5, gt=0, description="AdamW learning rate (LoRA typically wants ~10x a full "
                                  "fine-tune's).")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
@@ -248,8 +245,7 @@ class LoopSettings(Section):
     train_steps: int = Field(2, ge=1, description="GRPO optimizer steps per iteration (groups are dealt over them).")
     heldout_levels: list[int] = Field(
         [2, 3, 4], description="Difficulty levels of the held-out evaluation set (levels 2-4: the template-held-out "
-        "operations and phrasings, docs/TASKS.md)."
-    )
+        "operations and phrasings, docs/TASKS.md).")
     heldout_per_cell: int = Field(2, ge=1, description="Held-out tasks per family x level (fixed at run start).")
     training_window: str | None = Field(
         None, description="Practise and train only inside this local time window, e.g. '22:00-06:00'; None = always."
@@ -320,6 +316,10 @@ class EvaluationSettings(Section):
     devset: bool = Field(
         True, description="Also evaluate the transfer dev set (appliance/tasks/devset: everyday tasks written "
         "independently of the families, never trained on) with the same k and interval, for choosing recipes.")
+    devset_batch: Literal["first", "second"] = Field(
+        "first", description="Which batch of the dev set a run measures: first (66 tasks; the convert family's "
+        "chapters were chosen by reading its reference commands) or second (written later from other man pages, "
+        "never read for the families). A run keeps the batch it started with.")
     devset_min_tasks: int = Field(
         10, ge=0, description="Dev tasks evaluated at least (round-robin over its categories) when the budget left "
         "after the held-out set does not fit the whole dev set; the baseline always evaluates all of it.")
