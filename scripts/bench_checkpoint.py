@@ -8,7 +8,8 @@ a 2-hour `scripts/bench learning` run already trained (its `checkpoints/vN` fold
 again: this is the baseline evaluation of a fresh run whose base model is that folder (the run is
 stopped when its baseline iteration is done), with the whole dev set (evaluation.devset_min_tasks
 raised). Every call evaluates the same dev tasks; the held-out tasks are drawn per run, so two calls'
-held-out numbers are over different draws.
+held-out numbers are over different draws. `--set evaluation.devset_batch=second` measures the dev set's
+second batch (written later, from pages the families were never chosen by) instead of the first.
 Run it under `flock /tmp/appliance-heavy.lock` on a shared machine.
 """
 

@@ -16,11 +16,13 @@ import pytest
 
 from appliance.config import Settings
 from appliance.schemas import Split
-from appliance.tasks.devset import CATEGORIES, category, devset_tasks
+from appliance.tasks.devset import BATCHES, CATEGORIES, category, devset_tasks
 from appliance.tasks.families import FAMILIES, synthesize
 from appliance.tasks.pool import fingerprint
 
-MINIMUM = {"chore": 20, "multistep": 12, "answer": 10, "edit": 10, "git": 8}
+MINIMUM = {"first": ({"chore": 20, "multistep": 12, "answer": 10, "edit": 10, "git": 8}, 60),
+           "second": ({"chore": 8, "multistep": 6, "answer": 5, "edit": 4, "git": 3}, 30)}
+REGISTERS = {"first": (10, 20, 4), "second": (6, 12, 4)}  # at least: terse, chatty, typo
 SHINGLE = 8  # words: a shared run this long is a shared phrasing, shorter ones are everyday English
 
 
@@ -46,18 +48,28 @@ def family_tasks() -> tuple:
     return tuple(out)
 
 
-def test_the_dev_set_has_every_category_in_its_planned_size() -> None:
-    specs = devset_tasks()
+@pytest.mark.parametrize("batch", BATCHES)
+def test_the_dev_set_has_every_category_in_its_planned_size(batch: str) -> None:
+    specs = devset_tasks(batch)
     counts = Counter(category(s.family) for s in specs)
     assert set(counts) == set(CATEGORIES)
-    for cat, least in MINIMUM.items():
-        assert counts[cat] >= least, (cat, counts[cat])
-    assert len(specs) >= 60
+    least, total = MINIMUM[batch]
+    for cat, n in least.items():
+        assert counts[cat] >= n, (cat, counts[cat])
+    assert len(specs) >= total
     assert len({s.id for s in specs}) == len(specs)
 
 
-def test_every_dev_task_names_its_source_and_register_and_stays_small() -> None:
-    for s in devset_tasks():
+def test_the_batches_share_no_task() -> None:
+    ids = [s.id for batch in BATCHES for s in devset_tasks(batch)]
+    assert len(set(ids)) == len(ids)
+    with pytest.raises(ValueError, match="no dev-set batch"):
+        devset_tasks("third")
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+def test_every_dev_task_names_its_source_and_register_and_stays_small(batch: str) -> None:
+    for s in devset_tasks(batch):
         assert s.meta["split"] == Split.DEV and s.meta["category"] == category(s.family)
         assert s.meta["source_page"].strip(), s.id
         assert s.meta["register"] in ("terse", "chatty", "typo"), s.id
@@ -66,24 +78,29 @@ def test_every_dev_task_names_its_source_and_register_and_stays_small() -> None:
         assert "curl" not in s.solution and "wget" not in s.solution, s.id  # no network
 
 
-def test_requests_come_in_several_registers() -> None:
-    registers = Counter(s.meta["register"] for s in devset_tasks())
-    assert registers["terse"] >= 10 and registers["chatty"] >= 20 and registers["typo"] >= 4, registers
+@pytest.mark.parametrize("batch", BATCHES)
+def test_requests_come_in_several_registers(batch: str) -> None:
+    registers = Counter(s.meta["register"] for s in devset_tasks(batch))
+    terse, chatty, typo = REGISTERS[batch]
+    assert registers["terse"] >= terse and registers["chatty"] >= chatty and registers["typo"] >= typo, registers
 
 
-def test_no_dev_task_is_a_near_duplicate_of_a_family_task() -> None:
+@pytest.mark.parametrize("batch", BATCHES)
+def test_no_dev_task_is_a_near_duplicate_of_a_family_task(batch: str) -> None:
     family_prints = {fingerprint(t) for t in family_tasks()}
     family_instructions = {" ".join(words(t.instruction)) for t in family_tasks()}
-    for s in devset_tasks():
+    for s in devset_tasks(batch):
         assert fingerprint(s) not in family_prints, s.id
         assert " ".join(words(s.instruction)) not in family_instructions, s.id
 
 
-def test_no_dev_instruction_shares_a_phrasing_with_the_families() -> None:
+@pytest.mark.parametrize("batch", BATCHES)
+def test_no_dev_instruction_shares_a_phrasing_with_the_families(batch: str) -> None:
     family_runs: set[tuple[str, ...]] = set()
     for t in family_tasks():
         family_runs |= shingles(t.instruction)
-    shared = {s.id: sorted(" ".join(r) for r in shingles(s.instruction) & family_runs) for s in devset_tasks()}
+    shared = {s.id: sorted(" ".join(r) for r in shingles(s.instruction) & family_runs)
+              for s in devset_tasks(batch)}
     assert not {k: v for k, v in shared.items() if v}
 
 
@@ -93,9 +110,9 @@ def test_a_sample_of_every_category_passes_agent_free_validation(sandbox_setting
     from appliance.tasks.validate import validate_many
 
     by_cat: dict[str, list] = {}
-    for s in devset_tasks():
+    for s in devset_tasks("first") + devset_tasks("second"):
         by_cat.setdefault(category(s.family), []).append(s)
-    sample = [t for cat in CATEGORIES for t in by_cat[cat][::4]]  # every fourth: 17 tasks, about a minute
+    sample = [t for cat in CATEGORIES for t in by_cat[cat][::4]]  # every fourth: 25 tasks, about a minute
     results = validate_many(sandbox_settings, sample, parallel=4)
     bad = {s.id: v.reason for s, v in zip(sample, results) if not v.ok}
     assert not bad
