@@ -129,6 +129,20 @@ def test_the_dev_set_is_evaluated_whole_at_baseline_per_category(settings: Setti
     assert "- chore: " in markdown and "## Dev-set pass@1 with 95 % interval" in markdown
 
 
+def test_a_run_measures_the_dev_set_batch_it_was_started_with(settings: Settings, store: Store) -> None:
+    from appliance.tasks.devset import devset_tasks
+
+    store.create_run("r", {})
+    store.start_iteration("r", 0, 0)
+    settings.evaluation.devset_batch = "second"
+    ran: list[str] = []
+    result = evaluate_devset(store, settings, "r", 0, 0, harness="builtin", run_pending=_runner(store, ran),
+                             new_rollout=new_rollout, validate=_validate_all(store))
+    second = {s.id for s in devset_tasks("second")}
+    assert result is not None and result.tasks == len(second)
+    assert {t.id.removeprefix("r.") for t in store.tasks("r", split=Split.DEV)} == second
+
+
 def test_the_dev_set_gets_what_the_held_out_set_left_of_the_budget(settings: Settings, store: Store) -> None:
     store.create_run("r", {})
     tasks = heldout(store)
