@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from appliance.tasks.families._kinds import one_line, py_checks, sed_line
+from appliance.tasks.families._kinds import one_line, py_checks, sed_edit
 from appliance.tasks.families._ops import Case, Ctx, op, q, text_of
 
 # (constant, its comment, the good value, the bad value's offset, the symptom's template, a function using it)
@@ -92,7 +92,7 @@ def _comparison(c: Ctx) -> Case:
     fixed = broken.replace(f" {bad} ", f" {good} ")
     verify = (one_line(src, text_of(lines), idx, None, "the comparison should change") + "\n"
               + py_checks(src[:-3], calls(ns[which]), "after the fix"))
-    return Case({src: text_of(lines)}, verify, sed_line(broken, fixed, src),
+    return Case({src: text_of(lines)}, verify, sed_edit(text_of(lines), idx, fixed, src),
                 dict(src=src, symptom=symptom.format(n=ns[which])))
 
 

@@ -7,7 +7,7 @@ import json
 import re
 
 from appliance.tasks.families._common import WORDS
-from appliance.tasks.families._kinds import one_line, sed_line
+from appliance.tasks.families._kinds import one_line, sed_edit
 from appliance.tasks.families._ops import Case, Ctx, op, q, text_of
 
 
@@ -44,7 +44,7 @@ def _ini(c: Ctx) -> Case:
                 dict(src=src, what=what, old=old, new=new))
 
 
-@op("edit", "edit-yaml-value", (2, 3, 4), "GNU sed: s with another delimiter on one line of a YAML file", "sed -i", [
+@op("edit", "edit-yaml-value", (2, 3, 4), "GNU sed: s/// on one value of a YAML file", "sed -i", [
     "Set {what} in {src} to {new} (it is {old} now). Touch nothing else.",
     "We're about to deploy and noticed {src} still has {what} at {old}. It needs to be {new}. Can you change "
     "just that? The file is reviewed line by line, so no reformatting please.",
@@ -70,7 +70,7 @@ def _yaml(c: Ctx) -> Case:
     key, _, value = new_line.partition(": ")
     verify = one_line(src, text_of(lines), idx, re.escape(key) + r":\s*" + re.escape(value) + r"\s*",
                       f"{what} should be {new}")
-    return Case({src: text_of(lines)}, verify, sed_line(lines[idx], new_line, src),
+    return Case({src: text_of(lines)}, verify, sed_edit(text_of(lines), idx, new_line, src),
                 dict(src=src, what=what, old=old, new=new))
 
 
@@ -101,7 +101,7 @@ def _json(c: Ctx) -> Case:
     node[path[-1]] = new_value
     before, after = json.dumps(data, indent=2) + "\n", json.dumps(want, indent=2) + "\n"
     idx = next(i for i, (x, y) in enumerate(zip(before.split("\n"), after.split("\n"), strict=True)) if x != y)
-    old_line, new_line = before.split("\n")[idx], after.split("\n")[idx]
+    new_line = after.split("\n")[idx]
     indent, _, rest = new_line.partition(f'"{path[-1]}": ')
     pattern = re.escape(f'{indent}"{path[-1]}":') + r"\s*" + re.escape(rest) + r"\s*"
     verify = (one_line(src, before, idx, pattern, f"{what} should be {json.dumps(new_value)}") + "\n"
@@ -109,5 +109,5 @@ def _json(c: Ctx) -> Case:
               "    _data = 'not JSON: ' + str(e)\n"
               f"check(_data == {want!r}, {src!r} + ' should parse to ' + repr({want!r})[:300]"
               " + ', parses to ' + repr(_data)[:300])")
-    return Case({src: before}, verify, sed_line(old_line, new_line, src),
+    return Case({src: before}, verify, sed_edit(before, idx, new_line, src),
                 dict(src=src, what=what, old=json.dumps(old_value), new=json.dumps(new_value), symptom=symptom))

@@ -4,16 +4,17 @@ ssh client and logrotate blocks, compose-style services), each with look-alikes 
 
 Agents that learnt one-line edits from a few formats copy the format instead of the line: an indentation
 the file does not have, the setting next to the one asked for (a key with the same prefix, a commented-out
-default). So every file here holds those look-alikes, and the reference names the line exactly: a whole
-line anchored with ^...$, or, where the same line appears in several blocks, its number as `cat -n` shows it
-(the demonstration reads the file that way first, `episode_shapes.read_command`)."""
+default). So every file here holds those look-alikes, and the reference names the line exactly: the
+shortest span around the change that occurs once in the file (`_kinds.sed_edit`; the whole line anchored with
+^...$ when a look-alike key ends the same way), or, where the same line appears in several blocks, its
+number as `cat -n` shows it (the demonstration reads the file that way first, `episode_shapes.read_command`)."""
 
 from __future__ import annotations
 
 import re
 
 from appliance.tasks.families._common import WORDS
-from appliance.tasks.families._kinds import one_line, sed_line
+from appliance.tasks.families._kinds import one_line, sed_edit
 from appliance.tasks.families._ops import Case, Ctx, op, q, text_of
 
 # (file names, how a key is spelled from its words, how a line is written, the comment prefix)
@@ -80,7 +81,7 @@ def _setting(c: Ctx) -> Case:
     idx = lines.index(form.format(k=key, v=old))
     new_line = form.format(k=key, v=new)
     verify = one_line(src, text_of(lines), idx, re.escape(new_line) + r"\s*", f"{key} should be {new}")
-    return Case({src: text_of(lines)}, verify, sed_line(lines[idx], new_line, src),
+    return Case({src: text_of(lines)}, verify, sed_edit(text_of(lines), idx, new_line, src),
                 dict(src=src, key=key, what=what, old=old, new=new))
 
 

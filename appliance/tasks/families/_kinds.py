@@ -68,6 +68,71 @@ def py_checks(module: str, calls: Sequence[tuple[str, object]], what: str) -> st
             " + (_r.stderr.strip().splitlines() or ['no output'])[-1][:200] + ')'))")
 
 
+_TOKEN = re.compile(r"[\w.\-\"]")  # a word of a span: a value, a key, a quoted JSON string
+
+
+def sed_edit(text: str, index: int, new: str, path: str) -> str:
+    """The reference edit of line `index` of `text` into `new`: `sed -i 's/OLD/NEW/'` over the shortest span
+    of whole words around the change that occurs once in the whole file (widened a word at a time; dots left
+    unescaped where that still matches only there), else the whole line (`sed_line`). People write
+    `s/2.5.2/2.5.3/`, and a small model copies a value far more reliably than a whole indented line."""
+    lines = text.split("\n")
+    old = lines[index]
+    p = 0
+    while p < min(len(old), len(new)) and old[p] == new[p]:
+        p += 1
+    s = 0
+    while s < min(len(old), len(new)) - p and old[-1 - s] == new[-1 - s]:
+        s += 1
+    a, b, grow = p, len(old) - s, len(new) - len(old)
+    while a > 0 and _TOKEN.match(old[a - 1]):
+        a -= 1
+    while b < len(old) and _TOKEN.match(old[b]):
+        b += 1
+    while True:
+        span, repl = old[a:b], new[a:b + grow]
+        if span.strip() and not re.search(r"['&\\|]", span + repl):
+            pattern = re.escape(span).replace(r"\.", ".")
+            hits = [(i, m) for i, line in enumerate(lines) for m in re.finditer(pattern, line)]
+            if len(hits) == 1 and hits[0][0] == index and old[:hits[0][1].start()] + repl + \
+                    old[hits[0][1].end():] == new:
+                d = "|" if "/" in span + repl else "/"
+                return f"sed -i 's{d}{_bre(span)}{d}{repl}{d}' {shlex.quote(path)}"
+        if a == 0 and b == len(old):
+            return sed_line(old, new, path)
+        wider = _word_before(old, a), _word_after(old, b)
+        a, b = wider if wider != (a, b) else (0, len(old))
+
+
+def _word_before(line: str, a: int) -> int:
+    """Where the span starting at `a` starts once it takes in the word before it (and what lies between)."""
+    i = a
+    while i > 0 and not _TOKEN.match(line[i - 1]):
+        i -= 1
+    if i == 0:
+        return 0
+    while i > 0 and _TOKEN.match(line[i - 1]):
+        i -= 1
+    return i
+
+
+def _word_after(line: str, b: int) -> int:
+    """Where the span ending at `b` ends once it takes in the next word; a trailing separator alone stays out."""
+    i = b
+    while i < len(line) and not _TOKEN.match(line[i]):
+        i += 1
+    if i == len(line):
+        return len(line) if b == len(line) else b
+    while i < len(line) and _TOKEN.match(line[i]):
+        i += 1
+    return i
+
+
+def _bre(text: str) -> str:
+    """`text` as a sed regex: brackets, anchors and stars escaped; dots left as they are (checked above)."""
+    return re.sub(r"([*^$\[\]])", r"\\\1", text)
+
+
 def sed_line(old: str, new: str, path: str) -> str:
     """The reference edit: `sed -i` replacing one whole line (these lines hold no '|', '&' or quote)."""
     esc = re.sub(r"([.*\[\]^$\\])", r"\\\1", old)
