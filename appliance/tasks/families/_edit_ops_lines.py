@@ -54,7 +54,7 @@ OTHERS = [(["app", "name"], WORDS), (["region"], ["eu-west", "us-east", "ap-sout
           (["data", "dir"], ["/var/lib/app", "/srv/data", "/opt/app/data"]), (["tz"], ["UTC", "Europe/Oslo"])]
 
 
-@op("edit", "edit-setting", (2, 3, 4), "GNU sed: s/^line$/new/ on one line of a settings file", "sed -i", [
+@op("edit", "edit-setting", (2, 3, 4), "GNU sed: s/// on one line of a settings file, among look-alikes", "sed -i", [
     "In {src}, set {key} to {new} (it is {old} now). Every other line stays as it is.",
     "Ops asked for {what} to be {new} from now on; in {src} it is still {old}. Could you change just that "
     "setting? Leave the rest of the file alone, including the comments.",
