@@ -2,8 +2,8 @@
 
 Two measurements, each direct vs through the proxy, at 1 and 16 concurrent calls, streaming and not,
 alternating direct and proxied rounds so drift in machine load hits both alike:
-1. the proxy alone, in front of an engine stand-in that answers instantly (instant_engine.py), so the
-   proxy's own cost is not drowned by inference time;
+1. the proxy alone, in front of an engine stand-in that answers instantly
+   (appliance/testing/instant_engine.py), so the proxy's own cost is not drowned by inference time;
 2. end to end, in front of the CPU vLLM engine serving a tiny random model.
 Direct calls ask for token ids and logprobs as the proxy does, so the difference is the proxy's cost.
 The load generator and the instant engine run in their own processes (no GIL sharing with the proxy).
@@ -113,7 +113,7 @@ def main() -> None:
     from appliance.proxy.debug import open_debug_route
     from appliance.serving import Engine
     from appliance.store import Store
-    from instant_engine import InstantEngine, serve_instant_engine  # scripts/instant_engine.py
+    from appliance.testing.instant_engine import InstantEngine, serve_instant_engine
     from tiny_model import make_tiny_model  # tests/tiny_model.py
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-proxy-"))

@@ -266,9 +266,12 @@ class Proxy:
                         payload = payload[5:].strip()
                         if payload == b"[DONE]":
                             tokens.check()
-                            recorded = True  # set first: a cancel during the write must not add a second row
-                            await self.record(self.call_row(rollout_id, sent, started, response=_merged(chunks),
-                                                            tokens=tokens))
+                            recorded = True
+                            # the harness may hang up now: the finished call's row is written all the same
+                            # (cancelled before its thread started, the write was dropped and no row remained)
+                            with anyio.CancelScope(shield=True):
+                                await self.record(self.call_row(rollout_id, sent, started,
+                                                                response=_merged(chunks), tokens=tokens))
                             out.append(b"data: [DONE]\n\n")
                             continue
                         chunk = json.loads(payload)
@@ -290,8 +293,10 @@ class Proxy:
                 recorded = True
                 try:
                     # ids of a stream the proxy could not read are not trusted: the row keeps none of them
-                    await self.record(self.call_row(rollout_id, sent, started, status="error", error=failure[:2000],
-                                                    response=_merged(chunks), tokens=tokens if exact else None))
+                    with anyio.CancelScope(shield=True):
+                        await self.record(self.call_row(rollout_id, sent, started, status="error",
+                                                        error=failure[:2000], response=_merged(chunks),
+                                                        tokens=tokens if exact else None))
                 except Exception as e:  # noqa: BLE001 - the store refused the row: the harness hears it
                     failure = f"{failure}; and the store refused its error row: {type(e).__name__}: {e}"
                 yield b"data: " + json.dumps(openai_error(502, failure, "engine_error")).encode() + b"\n\n"

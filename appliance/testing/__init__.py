@@ -1,9 +1,10 @@
 """Fakes for unit tests and benchmarks; nothing in the product imports this package.
 
 Each fails loudly when the calls it gets disagree with its script or with the contract of the part it
-stands in for. Fixtures (a tiny model, a recorded run) live in tests/, benchmark servers in scripts/.
-`appliance.testing.train_worker` (a trainer worker that fails on one rank) is a module a test launches,
-so it is not imported here.
+stands in for. Fixtures (a tiny model, a recorded run) live in tests/.
+`appliance.testing.train_worker` (a trainer worker that fails on one rank) is a module a test launches, and
+`appliance.testing.instant_engine` (an engine stand-in that answers at once, for the proxy's tests and its
+benchmark) a server: neither is imported here.
 """
 
 from appliance.testing.control import ControlConsumer

@@ -253,7 +253,9 @@ def test_harness_disconnecting_mid_stream_leaves_an_error_row(route: Route, engi
         lines = r.iter_lines()
         assert next(lines).startswith("data: ")
     call = wait_for_calls(route, 1)[0]
-    assert call.status == "error" and "disconnected" in call.error
+    # a loaded machine can stall this thread until the engine has finished: then the row is whole and ok
+    # (tests/proxy/test_hangup.py makes each outcome certain against an engine stand-in)
+    assert "disconnected" in call.error if call.status == "error" else len(call.completion_ids) == 1000
     assert len(call.completion_ids) == len(call.logprobs)
     assert call.prompt_ids  # the first chunk carried them
 

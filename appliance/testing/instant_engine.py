@@ -1,8 +1,10 @@
-"""An engine stand-in that answers instantly (vLLM's chat endpoint shape: ids, logprobs, SSE), so a benchmark
-measures the proxy alone; `scripts/bench_proxy.py` runs it in its own process."""
+"""An engine stand-in that answers instantly (vLLM's chat endpoint shape: ids, logprobs, SSE): a benchmark
+measures the proxy alone against it (`scripts/bench_proxy.py` runs it in its own process), and a test can make
+a stream end at the moment its harness hangs up."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import uvicorn
@@ -32,8 +34,9 @@ class InstantEngine:
         pass
 
 
-def instant_engine_app(n_tokens: int = 16):
-    """A Starlette app shaped like vLLM's chat endpoint (ids, logprobs, SSE) that does no inference."""
+def instant_engine_app(n_tokens: int = 16, token_delay_s: float = 0.0):
+    """A Starlette app shaped like vLLM's chat endpoint (ids, logprobs, SSE) that does no inference; a stream
+    waits `token_delay_s` before each token (a slow engine), none by default."""
     prompt_ids = list(range(1, 33))
     logprob = {"token": " a", "logprob": -0.5, "bytes": [32, 97], "top_logprobs": []}
 
@@ -55,6 +58,8 @@ def instant_engine_app(n_tokens: int = 16):
             yield chunk({}, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                                       "finish_reason": None}], prompt_token_ids=prompt_ids)
             for i in range(n):
+                if token_delay_s:
+                    await asyncio.sleep(token_delay_s)
                 yield chunk({}, choices=[{"index": 0, "delta": {"content": " a"}, "logprobs": {"content": [logprob]},
                                           "finish_reason": "length" if i == n - 1 else None, "token_ids": [64]}])
             yield b"data: [DONE]\n\n"
