@@ -108,8 +108,8 @@ ROOMS = [
     Room(12, ("cli",), "thin `appliance` commands over library functions (imports lazily, inside each command), "
                        "one module per audience: `home`, `steer`, `tasks`, `debug`"),
     Room(13, ("testing",), "fakes for tests and benchmarks (scripted policy, shell, engine, scripted vLLM server, "
-                           "control consumer, a phase table that only records); "
-                           "nothing in the product imports it"),
+                           "an engine stand-in that answers at once, control consumer, "
+                           "a phase table that only records); nothing in the product imports it"),
 ]
 
 
