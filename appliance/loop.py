@@ -22,13 +22,25 @@ from appliance.config import Settings
 from appliance.control import answer_pending
 from appliance.demonstrations import ChatTokenizer
 from appliance.errors import Interrupted, StoreBusy
-from appliance.phases import BASELINE_PHASES, PHASE_TABLE, PHASES, GenerateText, PhaseContext, PhaseFn
+from appliance.phases import (
+    BASELINE_PHASES,
+    PHASE_TABLE,
+    PHASES,
+    GenerateText,
+    PhaseContext,
+    PhaseFn,
+    learn_reserve_s,
+)
 from appliance.practice import Practice
 from appliance.schemas import ControlCommand, ControlStatus, Event, IterationStatus, Phase, Run, RunStatus, Split
 from appliance.seams import Engine
 from appliance.store import Store
 from appliance.tasks.families import FAMILIES
 from appliance.tasks.heldout import heldout_tasks
+
+# what an iteration needs before its LEARN under a deadline: synthesize and validate (~1 min on the cpu
+# profile after the warm-start's) and a few groups of practice
+ITERATION_LEAD_S = 300.0
 
 
 @dataclass
@@ -99,10 +111,12 @@ class Loop:
         current = next((it for it in iterations if it.status != IterationStatus.DONE), None)
         if current is None:
             done = len(iterations) - 1  # iteration 0 is the baseline
-            if done >= self.settings.loop.iterations or self._stop_requested():
+            late = done >= 0 and self._no_time_to_train()
+            if done >= self.settings.loop.iterations or self._stop_requested() or late:
                 word = "stopped" if self._stop_requested() else "done"
                 self.store.set_run_status(run.id, RunStatus.STOPPED if word == "stopped" else RunStatus.DONE)
-                self.event(run.id, "run", f"run {run.id} {word} after {done} iterations")
+                why = " (loop.deadline leaves no time for another iteration's practice and LEARN)" if late else ""
+                self.event(run.id, "run", f"run {run.id} {word} after {done} iterations{why}")
                 return False
             current = self.store.start_iteration(run.id, len(iterations), self.engine.policy_version)
             current.phase = BASELINE_PHASES[0] if current.index == 0 else PHASES[0]
@@ -149,6 +163,14 @@ class Loop:
         since = self.store.get_run(self.run.id).updated_at
         return any(c.command == ControlCommand.STOP_AFTER_ITERATION and c.status == ControlStatus.DONE
                    and (c.acked_at or 0) >= since for c in self.store.controls(self.run.id))
+
+    def _no_time_to_train(self) -> bool:
+        """Past `loop.deadline`, less a LEARN's time and a few minutes to synthesize, validate and practise."""
+        deadline = self.settings.loop.deadline
+        if deadline is None:
+            return False
+        reserve = learn_reserve_s(self.settings, self.store, self.run.id) + ITERATION_LEAD_S
+        return time.time() + reserve >= deadline.timestamp()
 
     def _in_window(self) -> bool:
         window = self.settings.loop.training_window

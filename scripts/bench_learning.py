@@ -4,15 +4,16 @@ model, then the held-out pass@1 curve with 95 % Wilson intervals beside the tran
 demonstration / replay / self-proposal counts.
 
 Usage: scripts/bench learning [--minutes 120] [--grace 30] [--seed 0] [--method grpo|ppo] [--home DIR]
-                              [--set KEY=VALUE ...]
+                              [--no-deadline] [--set KEY=VALUE ...]
        scripts/bench learning --report-only --home DIR      (print the curve of a finished or running run)
 
 Each call with a fresh --home (the default: a new tmp dir) starts from the base model. The dev set is
 evaluated whole at every iteration (evaluation.devset_min_tasks raised; --set can lower it). It needs the bundled
 model and the sandbox image of the default data directory (read-only: the model folder is passed as
-engine.model and the image store is shared). At the budget the run is stopped, except that an evaluation
-of a trained policy already under way is let finish (up to --grace minutes; the overrun is printed):
-training ends at the budget, its measurement need not. The warm-start alone is not evaluated
+engine.model and the image store is shared). The run is told the budget (`appliance run --minutes`), so its
+last iteration practises only as long as still leaves time to train on it. At the budget the run is stopped,
+except that an evaluation of a trained policy already under way is let finish (up to --grace minutes; the
+overrun is printed): training ends at the budget, its measurement need not. The warm-start alone is not evaluated
 (evaluation.after_warmstart off; `--set evaluation.after_warmstart=true` measures it). Run it under
 `flock /tmp/appliance-heavy.lock` on a shared machine. Issue 16's bar: over two seeds, pass@1 on the
 template-held-out levels 2-4 rises by >= 20 points with non-overlapping intervals between the first and the
@@ -161,6 +162,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=120.0, help="wall-clock budget of the run")
     ap.add_argument("--seed", type=int, default=0, help="training.seed")
+    ap.add_argument("--no-deadline", action="store_true",
+                    help="do not tell the run its budget (`appliance run --minutes`): it is only stopped at the "
+                         "budget, as before 2026-12-06, and its last practice goes untrained")
     ap.add_argument("--method", choices=["grpo", "ppo", "both", "sft"], default=None,
                     help="training.method (default: the cpu profile's)")
     ap.add_argument("--grace", type=float, default=30.0,
@@ -185,7 +189,9 @@ def main() -> int:
                   APPLIANCE_EVALUATION__AFTER_WARMSTART="false")
     print(f"appliance run in {home} for {args.minutes:g} min (seed {args.seed})", flush=True)
     log = open(home.parent / f"{home.name}.log", "w") if args.home is None else open(home / "bench.log", "a")
-    proc = subprocess.Popen([str(REPO / ".venv/bin/appliance"), "run", "--headless"], env=env, cwd=REPO,
+    # the run knows the budget (loop.deadline), so its last iteration practises less and still trains
+    knows = [] if args.no_deadline else ["--minutes", f"{args.minutes:g}"]
+    proc = subprocess.Popen([str(REPO / ".venv/bin/appliance"), "run", "--headless", *knows], env=env, cwd=REPO,
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + args.minutes * 60
     try:

@@ -185,3 +185,25 @@ def test_run_exits_non_zero_when_the_run_failed(status: str, tmp_path: Path, mon
         assert r.exit_code == 1 and "run r1 failed" in r.output and "appliance run` continues" in r.output
     else:
         assert r.exit_code == 0 and "failed" not in r.output
+
+
+def test_run_minutes_sets_the_loops_deadline(tmp_path: Path, monkeypatch) -> None:
+    import datetime as dt
+
+    import appliance.app
+    from appliance.store import Store
+
+    seen = []
+
+    def fake_run_appliance(settings, **_):
+        seen.append(settings.loop.deadline)
+        Store(settings.db_path).create_run("r1", {"profile": "cpu"})
+        return "r1"
+
+    monkeypatch.setattr(appliance.app, "run_appliance", fake_run_appliance)
+    before = dt.datetime.now(dt.UTC)
+    r = CliRunner().invoke(main, ["run", "--headless", "--minutes", "90"], env={"APPLIANCE_HOME": str(tmp_path)})
+    assert r.exit_code == 0, r.output
+    assert dt.timedelta(minutes=90) <= seen[0] - before < dt.timedelta(minutes=91)
+    r = CliRunner().invoke(main, ["run", "--headless", "--minutes", "0"], env={"APPLIANCE_HOME": str(tmp_path)})
+    assert r.exit_code == 2 and "--minutes" in r.output

@@ -46,16 +46,23 @@ def report(ctx: click.Context, iteration: int | None, run_id: str | None, as_jso
               help="Training iterations of the run (default loop.iterations); a restarted run continues its count.")
 @click.option("--headless", is_flag=True,
               help="No TUI: log lines and a progress line (the default without a terminal).")
+@click.option("--minutes", type=click.FloatRange(min=1), default=None,
+              help="End practice and training this many minutes from now (loop.deadline): the last iteration "
+                   "practises less so that it still trains; its evaluation runs past the time.")
 @click.pass_context
 @friendly_errors
-def run(ctx: click.Context, iterations: int | None, headless: bool) -> None:
+def run(ctx: click.Context, iterations: int | None, headless: bool, minutes: float | None) -> None:
     """Run the loop: synthesize, validate, practise, learn, evaluate, diagnose; resumes an unfinished run."""
+    import datetime as dt
+
     from appliance.app import run_appliance
     from appliance.evaluate import learning_curve
     from appliance.lineage import start_label
     from appliance.schemas import RunStatus
 
     settings = settings_of(ctx)
+    if minutes is not None:
+        settings.loop.deadline = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=minutes)
     headless = headless or not sys.stdout.isatty()
     run_id = run_appliance(settings, iterations=iterations, headless=headless,
                            log=lambda m: echo(m, err=True), progress=lambda m: echo(m, err=True))

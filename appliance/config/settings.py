@@ -4,6 +4,7 @@ values come from)."""
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from typing import Any, Literal
 
@@ -126,18 +127,14 @@ class TrainingSettings(Section):
                                  "fine-tune's).")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient norm clip per optimizer step.")
-    micro_batch_size: int = Field(4, ge=1, description="Sequences per forward pass; gradients accumulate over the "
-                                  "step.")
+    micro_batch_size: int = Field(4, ge=1, description="Sequences per forward pass; gradients accumulate over a step.")
     epsilon: float = Field(0.2, ge=0, description="PPO clip range below 1 (and above, unless epsilon_high is set).")
     epsilon_high: float | None = Field(None, ge=0, description="Upper clip range (DAPO's clip-higher uses 0.28).")
-    beta: float = Field(0.0, ge=0, description="KL penalty weight against the reference policy; 0 skips the reference "
-                        "pass.")
+    beta: float = Field(0.0, ge=0, description="KL penalty weight against the reference policy; 0 skips its pass.")
     scale_rewards: bool = Field(
-        True, description="Divide group advantages by the group's reward std (always off for dr_grpo, whose point is "
-                          "not to).")
+        True, description="Divide group advantages by the group's reward std (always off for dr_grpo: its point).")
     min_valid_rollouts: int = Field(
-        2, ge=1, description="Valid (non infra-error) rollouts a group needs to be trained on; smaller groups are "
-                             "dropped.")
+        2, ge=1, description="Valid (non infra-error) rollouts a group needs to be trained on; smaller ones drop.")
     is_mode: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask", "none"] = Field(
         "token_truncate",
         description="Importance-sampling correction against the engine's recorded logprobs (TRL's vLLM modes): "
@@ -240,16 +237,19 @@ class LoopSettings(Section):
     tasks_per_iteration: int = Field(8, ge=1, description="New training tasks synthesized per iteration.")
     group_size: int = Field(4, ge=2, description="Rollouts per task (one GRPO group; also the agent-based validation).")
     band: tuple[float, float] = Field(
-        (0.0, 1.0), description="Learnable band: tasks whose group pass rate lies strictly inside are trained on."
-    )
+        (0.0, 1.0), description="Learnable band: tasks whose group pass rate lies strictly inside are trained on.")
     train_steps: int = Field(2, ge=1, description="GRPO optimizer steps per iteration (groups are dealt over them).")
     heldout_levels: list[int] = Field(
         [2, 3, 4], description="Difficulty levels of the held-out evaluation set (levels 2-4: the template-held-out "
         "operations and phrasings, docs/TASKS.md).")
     heldout_per_cell: int = Field(2, ge=1, description="Held-out tasks per family x level (fixed at run start).")
     training_window: str | None = Field(
-        None, description="Practise and train only inside this local time window, e.g. '22:00-06:00'; None = always."
-    )
+        None, description="Practise and train only inside this local time window, e.g. '22:00-06:00'; None = always.")
+    deadline: dt.datetime | None = Field(
+        None, description="When practice and training end (ISO 8601, or `appliance run --minutes`): a PRACTISE stops "
+        "starting rollouts once only its LEARN's time is left (the run's last LEARN took, or train_reserve_s), no "
+        "iteration starts without that time, and the last evaluation runs past it. None: no deadline.")
+    train_reserve_s: float = Field(900.0, gt=0, description="A LEARN's time under a deadline, until one has run.")
     tick_s: float = Field(2.0, gt=0, description="How often the scheduler calls the loop's reconciler.")
     phase_attempts: int = Field(
         3, ge=1, description="Attempts a phase gets in a row (one a tick) before the run stops as failed with the "

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 
 from appliance.phases import diagnose, evaluate, practise, synthesize, train, validate
 from appliance.phases.context import GenerateText, PhaseContext
-from appliance.phases.practise import extra_draws_for
+from appliance.phases.practise import extra_draws_for, learn_reserve_s
 from appliance.schemas import Phase
 
 PhaseFn = Callable[[PhaseContext, int], None]
@@ -32,4 +32,5 @@ PHASE_TABLE: Mapping[Phase, PhaseFn] = {
     Phase.DIAGNOSE: diagnose.diagnose,
 }
 
-__all__ = ["BASELINE_PHASES", "PHASES", "PHASE_TABLE", "GenerateText", "PhaseContext", "PhaseFn", "extra_draws_for"]
+__all__ = ["BASELINE_PHASES", "PHASES", "PHASE_TABLE", "GenerateText", "PhaseContext", "PhaseFn", "extra_draws_for",
+           "learn_reserve_s"]

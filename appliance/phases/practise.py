@@ -2,13 +2,20 @@
 
 Rollout ids are derived from (task, iteration, draw index), so a crash resumes the same draws: a rollout
 left `running` is requeued (its calls forgotten), a pending one is run, a finished one is kept.
+
+Under `loop.deadline` the groups run a few at a time, and no new group starts once only a LEARN's time is
+left before the deadline, so the iteration still trains on what was practised.
 """
 
 from __future__ import annotations
 
+import time
+
+from appliance.config import Settings
 from appliance.phases.context import PhaseContext
 from appliance.practice import new_rollout, run_rollouts
 from appliance.schemas import Outcome, RolloutStatus, Task, TaskStatus
+from appliance.store import Store
 from appliance.tasks import TaskSpec
 from appliance.tasks.pool import record_band
 
@@ -36,8 +43,18 @@ def practise(ctx: PhaseContext, index: int) -> None:
     tasks = ctx.iteration_tasks(index, TaskStatus.VALID) + [
         t for t in ctx.iteration_tasks(index)
         if t.status in (TaskStatus.LEARNABLE, TaskStatus.TOO_EASY, TaskStatus.TOO_HARD)]
-    run_pending(ctx, [draw(ctx, task, index, k) for task in tasks for k in range(lp.group_size)])
-    draw_more(ctx, index, tasks)
+    ends_at = practice_ends_at(ctx.settings, ctx.store, ctx.run_id)
+    started = 0
+    # under a deadline, runs of whole groups of about 4 sandbox-pools' worth, so the clock is read often
+    chunk_rollouts = None if ends_at is None else 4 * ctx.settings.sandbox.max_concurrent
+    for chunk in group_chunks(tasks, lp.group_size, chunk_rollouts):
+        if ends_at is not None and time.time() >= ends_at:
+            ctx.event("practise", f"iteration {index}: {started} of {len(tasks)} tasks practised: the rest would "
+                                  "leave LEARN too little time before loop.deadline", practised=started)
+            break
+        run_pending(ctx, [draw(ctx, task, index, k) for task in chunk for k in range(lp.group_size)])
+        started += len(chunk)
+    draw_more(ctx, index, tasks[:started], ends_at)
     for task in ctx.iteration_tasks(index, TaskStatus.VALID):
         rs = [r for r in ctx.store.rollouts(ctx.run_id, group_id=f"{task.id}.g{index}")
               if r.outcome != Outcome.INFRA_ERROR]
@@ -68,12 +85,15 @@ def warmstart_first(ctx: PhaseContext, index: int) -> bool:
         ctx.store.demonstrations(ctx.run_id, levels=cfg.demo_warmstart_levels))
 
 
-def draw_more(ctx: PhaseContext, index: int, tasks: list[Task]) -> None:
+def draw_more(ctx: PhaseContext, index: int, tasks: list[Task], ends_at: float | None = None) -> None:
     """Dynamic sampling (DAPO), bounded: a group whose valid rollouts all scored the same has advantage 0
     and teaches nothing, so it gets more rollouts, group_size at a time, up to `loop.extra_draws` extra,
-    until its rewards differ. Ids continue the group's numbering, so a restart resumes the same draws."""
+    until its rewards differ. Ids continue the group's numbering, so a restart resumes the same draws.
+    No round starts after `ends_at` (wall-clock seconds)."""
     lp, drawn = ctx.settings.loop, 0
     for _ in range(-(-lp.extra_draws // lp.group_size) + 1):  # the bound's rounds, plus one to finish a crash's
+        if ends_at is not None and time.time() >= ends_at:
+            break
         work: Work = []
         for task in tasks:
             rs = ctx.store.rollouts(ctx.run_id, group_id=f"{task.id}.g{index}")
@@ -100,3 +120,26 @@ def extra_draws_for(rewards: list[float], group_size: int, max_extra: int, drawn
     if not rewards or len(set(rewards)) > 1:
         return 0
     return max(0, min(group_size, group_size + max_extra - drawn))
+
+
+def group_chunks(tasks: list[Task], group_size: int, rollouts: int | None) -> list[list[Task]]:
+    """The tasks in runs of whole groups of about `rollouts` rollouts (None: all in one)."""
+    if rollouts is None or not tasks:
+        return [tasks] if tasks else []
+    per = max(1, -(-rollouts // group_size))
+    return [tasks[i:i + per] for i in range(0, len(tasks), per)]
+
+
+def learn_reserve_s(settings: Settings, store: Store, run_id: str) -> float:
+    """A LEARN phase's expected time: the run's last one's (the loop records each phase's duration), else
+    `loop.train_reserve_s`."""
+    took = [e.duration_s for e in store.events(run_id, kind="info", limit=100_000)
+            if e.data.get("phase") == "train" and e.duration_s]
+    return took[-1] if took else settings.loop.train_reserve_s
+
+
+def practice_ends_at(settings: Settings, store: Store, run_id: str) -> float | None:
+    """When a PRACTISE starts no more rollouts (wall-clock seconds): `loop.deadline` less a LEARN's time."""
+    if settings.loop.deadline is None:
+        return None
+    return settings.loop.deadline.timestamp() - learn_reserve_s(settings, store, run_id)
