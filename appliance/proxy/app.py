@@ -146,8 +146,11 @@ class Proxy:
                          temperature=float(temperature) if is_number(temperature) else 1.0)
 
     async def record(self, call: ModelCall) -> None:
-        # sqlite may wait on the write lock (the trainer writes too): never block the event loop on it
-        await anyio.to_thread.run_sync(self.store.add_model_call, call)
+        # sqlite may wait on the write lock (the trainer writes too): never block the event loop on it.
+        # Shielded: a harness that hangs up as its stream ends cancels the relay, and anyio honoured that
+        # cancel before the write's thread started, so the finished call had no row at all.
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(self.store.add_model_call, call)
 
     # --- the engine-facing core, shared by both dialects -------------------------------------------
     def engine_body(self, body: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -266,12 +269,9 @@ class Proxy:
                         payload = payload[5:].strip()
                         if payload == b"[DONE]":
                             tokens.check()
-                            recorded = True
-                            # the harness may hang up now: the finished call's row is written all the same
-                            # (cancelled before its thread started, the write was dropped and no row remained)
-                            with anyio.CancelScope(shield=True):
-                                await self.record(self.call_row(rollout_id, sent, started,
-                                                                response=_merged(chunks), tokens=tokens))
+                            recorded = True  # set first: a cancel during the write must not add a second row
+                            await self.record(self.call_row(rollout_id, sent, started, response=_merged(chunks),
+                                                            tokens=tokens))
                             out.append(b"data: [DONE]\n\n")
                             continue
                         chunk = json.loads(payload)
@@ -293,10 +293,8 @@ class Proxy:
                 recorded = True
                 try:
                     # ids of a stream the proxy could not read are not trusted: the row keeps none of them
-                    with anyio.CancelScope(shield=True):
-                        await self.record(self.call_row(rollout_id, sent, started, status="error",
-                                                        error=failure[:2000], response=_merged(chunks),
-                                                        tokens=tokens if exact else None))
+                    await self.record(self.call_row(rollout_id, sent, started, status="error", error=failure[:2000],
+                                                    response=_merged(chunks), tokens=tokens if exact else None))
                 except Exception as e:  # noqa: BLE001 - the store refused the row: the harness hears it
                     failure = f"{failure}; and the store refused its error row: {type(e).__name__}: {e}"
                 yield b"data: " + json.dumps(openai_error(502, failure, "engine_error")).encode() + b"\n\n"
