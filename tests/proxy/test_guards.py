@@ -31,6 +31,7 @@ from appliance.proxy.app import RelayResponse
 from appliance.schemas import EngineState
 from appliance.serving.process import ENGINE_KEEPALIVE_S, environment
 from appliance.store import Store
+from appliance.testing.instant_engine import InstantEngine
 from proxy.conftest import Route, new_route  # tests/proxy/conftest.py
 
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -38,7 +39,7 @@ MiB = 2**20
 
 
 @dataclass
-class StandIn:
+class StandIn(InstantEngine):
     """ServingEngine over the stand-in app; `reply` replaces its next answers, `seen` is what reached it."""
 
     base_url: str = ""
@@ -48,15 +49,6 @@ class StandIn:
     reply: dict[str, Any] | None = None
     stream_reply: list[bytes] | None = None
     client_ports: list[int] = field(default_factory=list)  # the proxy's side of each call's connection
-
-    def model_name(self) -> str:
-        return "policy"
-
-    def try_admit(self) -> bool:
-        return True
-
-    def release(self) -> None:
-        pass
 
 
 def standin_app(engine: StandIn) -> Starlette:
