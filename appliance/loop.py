@@ -29,7 +29,7 @@ from appliance.phases import (
     GenerateText,
     PhaseContext,
     PhaseFn,
-    learn_reserve_s,
+    practice_ends_at,
 )
 from appliance.practice import Practice
 from appliance.schemas import ControlCommand, ControlStatus, Event, IterationStatus, Phase, Run, RunStatus, Split
@@ -166,11 +166,8 @@ class Loop:
 
     def _no_time_to_train(self) -> bool:
         """Past `loop.deadline`, less a LEARN's time and a few minutes to synthesize, validate and practise."""
-        deadline = self.settings.loop.deadline
-        if deadline is None:
-            return False
-        reserve = learn_reserve_s(self.settings, self.store, self.run.id) + ITERATION_LEAD_S
-        return time.time() + reserve >= deadline.timestamp()
+        ends_at = practice_ends_at(self.settings, self.store, self.run.id)
+        return ends_at is not None and time.time() + ITERATION_LEAD_S >= ends_at
 
     def _in_window(self) -> bool:
         window = self.settings.loop.training_window

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 
 from appliance.phases import diagnose, evaluate, practise, synthesize, train, validate
 from appliance.phases.context import GenerateText, PhaseContext
-from appliance.phases.practise import extra_draws_for, learn_reserve_s
+from appliance.phases.practise import extra_draws_for, practice_ends_at
 from appliance.schemas import Phase
 
 PhaseFn = Callable[[PhaseContext, int], None]
@@ -33,4 +33,4 @@ PHASE_TABLE: Mapping[Phase, PhaseFn] = {
 }
 
 __all__ = ["BASELINE_PHASES", "PHASES", "PHASE_TABLE", "GenerateText", "PhaseContext", "PhaseFn", "extra_draws_for",
-           "learn_reserve_s"]
+           "practice_ends_at"]

@@ -48,7 +48,7 @@ def practise(ctx: PhaseContext, index: int) -> None:
     # under a deadline, runs of whole groups of about 4 sandbox-pools' worth, so the clock is read often
     chunk_rollouts = None if ends_at is None else 4 * ctx.settings.sandbox.max_concurrent
     for chunk in group_chunks(tasks, lp.group_size, chunk_rollouts):
-        if ends_at is not None and time.time() >= ends_at:
+        if past(ends_at):
             ctx.event("practise", f"iteration {index}: {started} of {len(tasks)} tasks practised: the rest would "
                                   "leave LEARN too little time before loop.deadline", practised=started)
             break
@@ -92,7 +92,7 @@ def draw_more(ctx: PhaseContext, index: int, tasks: list[Task], ends_at: float |
     No round starts after `ends_at` (wall-clock seconds)."""
     lp, drawn = ctx.settings.loop, 0
     for _ in range(-(-lp.extra_draws // lp.group_size) + 1):  # the bound's rounds, plus one to finish a crash's
-        if ends_at is not None and time.time() >= ends_at:
+        if past(ends_at):
             break
         work: Work = []
         for task in tasks:
@@ -124,9 +124,7 @@ def extra_draws_for(rewards: list[float], group_size: int, max_extra: int, drawn
 
 def group_chunks(tasks: list[Task], group_size: int, rollouts: int | None) -> list[list[Task]]:
     """The tasks in runs of whole groups of about `rollouts` rollouts (None: all in one)."""
-    if rollouts is None or not tasks:
-        return [tasks] if tasks else []
-    per = max(1, -(-rollouts // group_size))
+    per = max(1, len(tasks) if rollouts is None else -(-rollouts // group_size))
     return [tasks[i:i + per] for i in range(0, len(tasks), per)]
 
 
@@ -143,3 +141,8 @@ def practice_ends_at(settings: Settings, store: Store, run_id: str) -> float | N
     if settings.loop.deadline is None:
         return None
     return settings.loop.deadline.timestamp() - learn_reserve_s(settings, store, run_id)
+
+
+def past(ends_at: float | None) -> bool:
+    """Whether the wall clock has reached `ends_at` (never, for None)."""
+    return ends_at is not None and time.time() >= ends_at

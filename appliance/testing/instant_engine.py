@@ -72,4 +72,3 @@ def instant_engine_app(n_tokens: int = 16, token_delay_s: float = 0.0):
 def serve_instant_engine(port: int, n_tokens: int = 16) -> None:
     """Run `instant_engine_app` in the foreground (a benchmark starts it in its own process)."""
     uvicorn.run(instant_engine_app(n_tokens), host="127.0.0.1", port=port, log_level="warning", access_log=False)
-

@@ -30,7 +30,7 @@ def test_groups_run_in_chunks_of_whole_groups_only_under_a_deadline() -> None:
     assert group_chunks(tasks, 4, None) == [tasks]  # type: ignore[arg-type]
     assert group_chunks(tasks, 4, 8) == [[0, 1], [2, 3], [4]]  # type: ignore[arg-type]
     assert group_chunks(tasks, 4, 3) == [[0], [1], [2], [3], [4]]  # type: ignore[arg-type]
-    assert group_chunks([], 4, 8) == []
+    assert group_chunks([], 4, 8) == [] and group_chunks([], 4, None) == []
 
 
 def test_a_learn_is_expected_to_take_as_long_as_the_runs_last_one(settings: Settings, store: Store) -> None:
