@@ -19,6 +19,12 @@ transfer to unseen wording. `--profile N` instead runs N samples of the phase un
 and prints the top operators by self CPU time. `--set training.KEY=VALUE` changes a training setting.
 `--families` trains on those families only (validation keeps every family).
 
+`--demos-from HOME ...` trains instead on every verified demonstration in those runs' stores (finished
+`scripts/bench learning` homes: the reference runs, hindsight relabels and successes each run validated
+and kept, deduplicated by content), the capacity question: how far does SFT alone on many more of the
+appliance's own demonstrations move the dev set? `--save DIR` writes the trained policy where
+`scripts/bench checkpoint --model DIR` measures its pass@1.
+
 The transfer dev set (appliance/tasks/devset) is read too, never trained on: its reference solutions,
 rendered the same way, give `dev_nll_before` / `dev_nll_after` per category, the cheap proxy for choosing
 what to train on before a 2-hour `scripts/bench learning` run measures pass@1 on it.
@@ -72,6 +78,21 @@ def rendered(model_path: Path, specs: list[TaskSpec]) -> list[Sample]:
     return out
 
 
+def pooled_demonstrations(homes: list[Path]) -> list[Demonstration]:
+    """Every demonstration stored by the latest run of each home, once per distinct content."""
+    from appliance.store import Store
+
+    unique: dict[str, Demonstration] = {}
+    for home in homes:
+        store = Store(home / "appliance.db")
+        run = store.latest_run()
+        if run is None:
+            raise SystemExit(f"no run in {home}: --demos-from takes finished `scripts/bench learning` homes")
+        for demo in store.demonstrations(run.id):
+            unique.setdefault(demo.digest, demo)
+    return list(unique.values())
+
+
 def nll(trainer, samples: list[Sample]) -> float:
     """Mean negative log-likelihood per assistant token (the SFT loss, without training)."""
     total, n = 0.0, 0
@@ -102,6 +123,9 @@ def main() -> None:
     p.add_argument("--families", nargs="+", default=None, help="train on these families only (default: all)")
     p.add_argument("--profile", type=int, default=0, metavar="N", help="profile N samples instead of timing")
     p.add_argument("--set", action="append", default=[], metavar="training.KEY=VALUE")
+    p.add_argument("--demos-from", nargs="+", type=Path, default=None, metavar="HOME",
+                   help="train on the verified demonstrations of these runs' stores instead of synthesized ones")
+    p.add_argument("--save", type=Path, default=None, metavar="DIR", help="write the trained policy to DIR")
     args = p.parse_args()
 
     import torch
@@ -118,8 +142,12 @@ def main() -> None:
         field = type(getattr(settings, section)).model_fields[name]
         setattr(getattr(settings, section), name, json.loads(value) if field.annotation is not str else value)
     k = args.dev_phrasing
-    train = demo_samples(settings.model_path, args.per, args.levels, "bench:warmstart:train",
-                         keep=lambda t: k is None or t.meta.get("phrasing") != k, families=args.families)
+    pooled = pooled_demonstrations(args.demos_from) if args.demos_from else []
+    if pooled:
+        train = [d.to_sample() for d in pooled]
+    else:
+        train = demo_samples(settings.model_path, args.per, args.levels, "bench:warmstart:train",
+                             keep=lambda t: k is None or t.meta.get("phrasing") != k, families=args.families)
     val_ids = {s.rollout_id for s in train}
     val = [s for s in demo_samples(settings.model_path, args.val_per, args.levels, "bench:warmstart:val",
                                    keep=lambda t: k is None or t.meta.get("phrasing") == k)
@@ -127,6 +155,12 @@ def main() -> None:
     from appliance.tasks.devset import devset_tasks
 
     dev_specs = devset_tasks()
+    if pooled:  # the stores' triggers keep dev tasks out; this also catches a request copied into a family
+        trained_text = [" ".join(str(m.get("content")) for m in d.messages) for d in pooled]
+        leaked = [t.id for t in dev_specs + devset_tasks("second")
+                  if any(t.instruction in text for text in trained_text)]
+        if leaked:
+            raise SystemExit(f"dev-set requests found in the pooled demonstrations: {leaked}")
     dev, dev_families = rendered(settings.model_path, dev_specs), [t.family for t in dev_specs]
     trainer = PolicyTrainer(settings.training, settings.model_path)
     cfg = trainer.cfg
@@ -156,6 +190,8 @@ def main() -> None:
                       "dev_samples": len(dev), "dev_nll_before_after": {f: [dev_before[f], dev_after[f]]
                                                                         for f in dev_before},
                       "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}, indent=2))
+    if args.save:
+        print(json.dumps({"saved": str(args.save), "kind": trainer.save(args.save)}))
 
 
 if __name__ == "__main__":
