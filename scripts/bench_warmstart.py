@@ -84,11 +84,14 @@ def pooled_demonstrations(homes: list[Path]) -> list[Demonstration]:
 
     unique: dict[str, Demonstration] = {}
     for home in homes:
-        store = Store(home / "appliance.db")
-        run = store.latest_run()
-        if run is None:
-            raise SystemExit(f"no run in {home}: --demos-from takes finished `scripts/bench learning` homes")
-        for demo in store.demonstrations(run.id):
+        db = home / "appliance.db"
+        store = Store(db) if db.is_file() else None  # Store() would create a database where none is
+        run = store.latest_run() if store is not None else None
+        demos = store.demonstrations(run.id) if store is not None and run is not None else []
+        if not demos:
+            raise SystemExit(f"no stored demonstrations in {home}: --demos-from takes the --home folders of "
+                             "finished `scripts/bench learning` runs")
+        for demo in demos:
             unique.setdefault(demo.digest, demo)
     return list(unique.values())
 
@@ -143,7 +146,7 @@ def main() -> None:
         setattr(getattr(settings, section), name, json.loads(value) if field.annotation is not str else value)
     k = args.dev_phrasing
     pooled = pooled_demonstrations(args.demos_from) if args.demos_from else []
-    if pooled:
+    if args.demos_from:
         train = [d.to_sample() for d in pooled]
     else:
         train = demo_samples(settings.model_path, args.per, args.levels, "bench:warmstart:train",
@@ -155,7 +158,7 @@ def main() -> None:
     from appliance.tasks.devset import devset_tasks
 
     dev_specs = devset_tasks()
-    if pooled:  # the stores' triggers keep dev tasks out; this also catches a request copied into a family
+    if args.demos_from:  # the stores' triggers keep dev tasks out; this also catches a request copied into a family
         trained_text = [" ".join(str(m.get("content")) for m in d.messages) for d in pooled]
         leaked = [t.id for t in dev_specs + devset_tasks("second")
                   if any(t.instruction in text for text in trained_text)]
