@@ -44,21 +44,28 @@ def all_reduce_grads(params: list[Any], bucket_numel: int = 1 << 25) -> None:
     """Sum the gradients of `params` over all ranks, in place (a rank without a gradient adds zeros).
 
     Gradients travel flattened in buckets of at most `bucket_numel` elements (one collective for a LoRA
-    adapter; a few for a full fine-tune), like DDP's buckets.
+    adapter; a few for a full fine-tune), like DDP's buckets. A bucket holds one dtype on one device, as
+    DDP's do: the policy's bf16 weights and the value head's fp32 ones in one `torch.cat` would be promoted
+    to fp32, and an fp32 gradient cannot be assigned to a bf16 parameter. Every rank holds the same
+    parameters in the same order, so every rank forms the same buckets in the same order.
     """
     import torch
     import torch.distributed as dist
 
-    bucket: list[Any] = []
-    size = 0
+    by_kind: dict[tuple[Any, Any], list[Any]] = {}
     for p in params:
-        if bucket and size + p.numel() > bucket_numel:
+        by_kind.setdefault((p.dtype, p.device), []).append(p)
+    for same in by_kind.values():
+        bucket: list[Any] = []
+        size = 0
+        for p in same:
+            if bucket and size + p.numel() > bucket_numel:
+                _reduce_bucket(bucket, torch, dist)
+                bucket, size = [], 0
+            bucket.append(p)
+            size += p.numel()
+        if bucket:
             _reduce_bucket(bucket, torch, dist)
-            bucket, size = [], 0
-        bucket.append(p)
-        size += p.numel()
-    if bucket:
-        _reduce_bucket(bucket, torch, dist)
 
 
 def _reduce_bucket(bucket: list[Any], torch: Any, dist: Any) -> None:
