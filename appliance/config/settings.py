@@ -76,6 +76,12 @@ class EngineSettings(Section):
     cpu_kvcache_gib: int = Field(1, ge=1, description="KV cache size on the CPU build (VLLM_CPU_KVCACHE_SPACE).")
     startup_timeout_s: float = Field(300.0, gt=0, description="Seconds to wait for the engine to become healthy.")
     max_lora_rank: int = Field(64, ge=1, description="Largest LoRA rank the engine accepts (vLLM --max-lora-rank).")
+    tool_call_parser: str = Field(
+        "auto", min_length=1,
+        description="vLLM's tool-call parser (--tool-call-parser), which turns the model's written calls into "
+        "OpenAI tool_calls: auto picks it from the chat template and the model family (xlam for the bundled "
+        "template, hermes for Qwen2.5/Qwen3, llama3_json for Llama 3.1+, mistral; appliance/serving/tool_calls.py), "
+        "none serves without one; any other name goes to vLLM as it is. harness.native_tools needs one.")
     canary_tokens: int = Field(16, ge=1, description="Greedy tokens of the canary generation checked after every sync "
                                "or wake.")
     canary_tolerance: float = Field(

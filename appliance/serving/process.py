@@ -18,6 +18,7 @@ import httpx
 
 from appliance.config import Settings
 from appliance.errors import EngineError
+from appliance.serving.tool_calls import tool_parser
 
 TCMALLOC = Path("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4")
 
@@ -31,8 +32,6 @@ def command(settings: Settings, weights: Path, tokenizer: Path) -> list[str]:
         "--host", e.host, "--port", str(e.port),
         "--dtype", e.dtype, "--max-model-len", str(e.max_model_len),
         "--enable-lora", "--max-lora-rank", str(e.max_lora_rank), "--max-loras", "2",
-        # our chat template writes calls as <tool_call>[{...}]</tool_call>, which the xlam parser reads
-        "--enable-auto-tool-choice", "--tool-call-parser", "xlam",
         # sampling defaults come from the request, never from a generation_config.json in the folder
         "--generation-config", "vllm",
         # logprobs after temperature scaling (and top-k/top-p): the distribution the tokens were sampled
@@ -40,6 +39,10 @@ def command(settings: Settings, weights: Path, tokenizer: Path) -> list[str]:
         "--logprobs-mode", "processed_logprobs",
         "--seed", "0",
     ]
+    # the parser that reads the calls in the form the chat template writes them (tool_calls.py)
+    parser, _ = tool_parser(settings, weights, tokenizer)
+    if parser is not None:
+        cmd += ["--enable-auto-tool-choice", "--tool-call-parser", parser]
     if e.enforce_eager:
         cmd.append("--enforce-eager")
     if settings.profile == "gpu":
