@@ -217,7 +217,7 @@ def engine_failed(call: ModelCall) -> bool:
     """The proxy recorded this call as failed by the engine (not refused as the request's fault)."""
     if call.status == "ok" or not call.error:
         return False
-    if call.error.startswith(("engine unreachable", "engine failed mid-stream")):
+    if call.error.startswith(("engine unreachable", "engine failed mid-stream", "engine aborted")):
         return True
     status = _ENGINE_STATUS.match(call.error)
     return status is not None and int(status.group(1)) >= 500

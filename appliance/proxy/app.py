@@ -194,9 +194,15 @@ class Proxy:
                 tokens = Tokens()
                 tokens.take(kind, data)
                 tokens.check()
+                if aborted(data):  # cut off by the engine (its /sleep aborts what is still in flight)
+                    await self.commit(self.call_row(rollout_id, sent, started, status="error", response=data,
+                                                    tokens=tokens, error=ABORTED))
+                    raise Refusal(502, f"the engine failed: {ABORTED}", "engine_error")
                 strip(data, body, kind)
                 if shape is not None:
                     data = shape(data)
+            except Refusal:
+                raise
             except Exception as e:  # noqa: BLE001 - whatever the engine sent, the call that reached it is a row
                 await self.unrecordable(rollout_id, sent, started, data, e)
             await self.commit(self.call_row(rollout_id, sent, started, response=data, tokens=tokens))
@@ -269,6 +275,8 @@ class Proxy:
                         payload = payload[5:].strip()
                         if payload == b"[DONE]":
                             tokens.check()
+                            if aborted(_merged(chunks)):
+                                raise EngineAborted(ABORTED)
                             recorded = True  # set first: a cancel during the write must not add a second row
                             await self.record(self.call_row(rollout_id, sent, started, response=_merged(chunks),
                                                             tokens=tokens))
@@ -285,6 +293,8 @@ class Proxy:
                         yield b"".join(out)
                 if not recorded:
                     raise EngineStreamError("the engine closed the stream before [DONE]")
+            except EngineAborted:
+                failure = ABORTED
             except (*ENGINE_ERRORS, EngineStreamError) as e:
                 failure = f"engine failed mid-stream: {e!r}"
             except Exception as e:  # noqa: BLE001 - a chunk the proxy cannot read or record: a row, never lost
@@ -348,6 +358,25 @@ class Proxy:
 
 class EngineStreamError(Exception):
     pass
+
+
+class EngineAborted(Exception):
+    pass
+
+
+# vLLM ends a request it aborted (at /sleep, which the engine sends after a drain that timed out, or at a
+# shutdown) with finish_reason "abort": the turn was cut short by the machine, not ended by the policy,
+# so its row is an error (practice.engine_failed makes the rollout an infra error, out of the gradient)
+ABORTED = 'engine aborted the call (finish_reason "abort": the engine went to sleep or shut down mid-generation)'
+
+
+def aborted(data: dict[str, Any] | None) -> bool:
+    """Did the engine abort this answer? `data`: a response, or a stream's chunks `_merged`."""
+    if not data:
+        return False
+    if data.get("finish_reason") == "abort":
+        return True
+    return any(choice.get("finish_reason") == "abort" for choice in data.get("choices") or ())
 
 
 ENGINE_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)

@@ -34,9 +34,10 @@ class InstantEngine:
         pass
 
 
-def instant_engine_app(n_tokens: int = 16, token_delay_s: float = 0.0):
+def instant_engine_app(n_tokens: int = 16, token_delay_s: float = 0.0, finish_reason: str = "length"):
     """A Starlette app shaped like vLLM's chat endpoint (ids, logprobs, SSE) that does no inference; a stream
-    waits `token_delay_s` before each token (a slow engine), none by default."""
+    waits `token_delay_s` before each token (a slow engine), none by default. Every answer ends with
+    `finish_reason` ("abort": as vLLM ends the calls its /sleep cut off)."""
     prompt_ids = list(range(1, 33))
     logprob = {"token": " a", "logprob": -0.5, "bytes": [32, 97], "top_logprobs": []}
 
@@ -47,7 +48,7 @@ def instant_engine_app(n_tokens: int = 16, token_delay_s: float = 0.0):
         if not body.get("stream"):
             return JSONResponse({**base, "object": "chat.completion", "prompt_token_ids": prompt_ids, "choices": [{
                 "index": 0, "message": {"role": "assistant", "content": " a" * n},
-                "logprobs": {"content": [logprob] * n}, "finish_reason": "length", "token_ids": [64] * n}],
+                "logprobs": {"content": [logprob] * n}, "finish_reason": finish_reason, "token_ids": [64] * n}],
                 "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": n,
                           "total_tokens": len(prompt_ids) + n}})
 
@@ -61,7 +62,7 @@ def instant_engine_app(n_tokens: int = 16, token_delay_s: float = 0.0):
                 if token_delay_s:
                     await asyncio.sleep(token_delay_s)
                 yield chunk({}, choices=[{"index": 0, "delta": {"content": " a"}, "logprobs": {"content": [logprob]},
-                                          "finish_reason": "length" if i == n - 1 else None, "token_ids": [64]}])
+                                          "finish_reason": finish_reason if i == n - 1 else None, "token_ids": [64]}])
             yield b"data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")
