@@ -15,10 +15,11 @@ exactly like a rollout's; only a passing conversation becomes a demonstration.
 
 Hindsight relabelling (a hinted success as a demonstration of the bare request) is `appliance.hindsight`.
 
-Demonstrations are training data for SFT only. Their ids come from the served model's chat template
-(re-tokenized text, with the template's generation markers as the assistant mask), so they are stored
-apart from RL samples (a table of their own) and never enter a GRPO batch: RL samples stay the engine's
-exact tokens.
+Demonstrations are training data for SFT only. Their ids come from the served model's own chat template,
+turn by turn as the engine would render each prompt (`appliance.serving.template`: no generation markers
+needed, one sequence per turn where the template is not prefix-stable), so they are re-tokenized text,
+stored apart from RL samples (a table of their own), and never enter a GRPO batch: RL samples stay the
+engine's exact tokens.
 """
 
 from __future__ import annotations
@@ -43,15 +44,13 @@ from appliance.harness.actions import parse_action
 from appliance.harness.base import Limits
 from appliance.harness.builtin import first_messages, observation_messages, request_of
 from appliance.schemas import Demonstration, Sample, Split, Task, TaskStatus
+from appliance.seams import ChatTokenizer
 from appliance.store import Store
 from appliance.tasks import TaskSpec, verify_workspace
 from appliance.tasks.validate import SandboxStarter, write_workspace
 
 REFERENCE, HINDSIGHT, SUCCESS = "reference", "hindsight", "success"
 FINISH = "DONE"  # the finishing turn the system prompt teaches
-
-# messages -> (input_ids, assistant mask), with the served model's chat template
-ChatTokenizer = Callable[[list[dict[str, Any]]], tuple[list[int], list[int]]]
 
 
 def command_block(command: str) -> str:
@@ -183,20 +182,10 @@ def _printed_then_checked(sb: Any, spec: TaskSpec, turn: Callable[..., Any]) -> 
 
 
 def chat_tokenizer(model_path: Path) -> ChatTokenizer:
-    """The served model's tokenizer and chat template; the template's {% generation %} markers give the mask."""
-    from transformers import AutoTokenizer  # lazily: seconds to import
+    """The served model's tokenizer and chat template (`appliance.serving.template`)."""
+    from appliance.serving.template import ChatTemplate
 
-    tok = AutoTokenizer.from_pretrained(str(model_path))
-
-    def tokenize(messages: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
-        out: Any = tok.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
-        ids, mask = list(out["input_ids"]), [int(m) for m in out["assistant_masks"]]
-        if not any(mask):
-            raise ApplianceError("the chat template marks no assistant tokens",
-                                 "the model's chat template needs {% generation %} markers around assistant turns")
-        return ids, mask
-
-    return tokenize
+    return ChatTemplate(model_path)
 
 
 def digest(messages: list[dict[str, Any]]) -> str:
@@ -204,18 +193,13 @@ def digest(messages: list[dict[str, Any]]) -> str:
 
 
 def to_demonstration(messages: list[dict[str, Any]], task: Task, tokenize: ChatTokenizer, *, origin: str = REFERENCE,
-                     iteration: int | None = None, untrained: tuple[int, ...] = ()) -> Demonstration:
-    ids, mask = tokenize(messages)
-    if untrained:
-        turns = sum(m["role"] == "assistant" for m in messages)
-        kept = episode_shapes.untrained_mask(mask, turns, set(untrained))
-        if kept is None:
-            raise ApplianceError(f"the chat template's assistant mask of {task.id} does not split into its {turns} "
-                                 "turns, so its mistaken turn cannot be kept out of the loss",
-                                 "use the 'solve' shape only (training.demo_shapes) with this model's template")
-        mask = kept
-    return Demonstration(task.run_id, task.id, task.family, task.difficulty, origin, messages, ids, mask,
-                         digest(messages), iteration)
+                     iteration: int | None = None, untrained: tuple[int, ...] = (),
+                     tools: list[dict[str, Any]] | None = None) -> Demonstration:
+    """Raises ApplianceError when the template cannot render the conversation (the caller's one failure)."""
+    sequences = tokenize(messages, untrained=untrained, tools=tools)
+    return Demonstration.of_sequences(sequences, run_id=task.run_id, task_id=task.id, family=task.family,
+                                      difficulty=task.difficulty, origin=origin, messages=messages,
+                                      digest=digest(messages), iteration=iteration)
 
 
 @dataclass
@@ -225,9 +209,11 @@ class DemoYield:
     added: int = 0
     failed: list[str] = field(default_factory=list)  # task ids whose reference run did not pass
     infra: list[str] = field(default_factory=list)  # task ids the machine failed on (tried again next pass)
+    unrendered: dict[str, str] = field(default_factory=dict)  # task id -> why the chat template could not render it
 
     def as_dict(self) -> dict[str, Any]:
-        return {"added": self.added, "failed": len(self.failed), "infra": len(self.infra)}
+        return {"added": self.added, "failed": len(self.failed), "infra": len(self.infra),
+                "unrendered": len(self.unrendered)}
 
 
 def demonstrate_tasks(settings: Settings, store: Store, tasks: Iterable[Task], tokenize: ChatTokenizer, *,
@@ -275,8 +261,8 @@ def demonstrate_tasks(settings: Settings, store: Store, tasks: Iterable[Task], t
                 try:
                     demo = to_demonstration(result.messages, task, tokenize, iteration=iteration,
                                             untrained=result.untrained)
-                except ApplianceError:
-                    out.failed.append(task.id)
+                except ApplianceError as e:  # the template's problem with this conversation, not the task's
+                    out.unrendered[task.id] = e.message
                     continue
                 out.added += store.add_demonstration(demo)
     return out
@@ -303,7 +289,7 @@ def pick_demonstrations(demos: list[Demonstration], frontier: dict[str, int], n:
 
 
 def demonstration_samples(demos: Iterable[Demonstration]) -> list[Sample]:
-    return [d.to_sample() for d in demos]
+    return [s for d in demos for s in d.to_samples()]
 
 
 # --- the loop's use: a warm-start pool, per-iteration demonstrations, the mix for each LEARN phase -----

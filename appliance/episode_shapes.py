@@ -204,25 +204,3 @@ def printed_instead(solution: str, instruction: str) -> tuple[str, str] | None:
         if words[0] == "git" and (len(words) < 2 or words[1] not in _GIT_READERS):
             return None
     return body, m.group(1)
-
-
-def untrained_mask(mask: list[int], assistant_turns: int, untrained: set[int]) -> list[int] | None:
-    """`mask` with the assistant turns numbered in `untrained` (0 = the first assistant turn) set to 0.
-
-    The chat template marks each assistant turn as one run of 1s; None when the runs and the turns do not
-    line up one to one (then nobody can say which tokens are the mistake, and the caller drops the episode)."""
-    spans = []
-    start = None
-    for i, m in enumerate([*mask, 0]):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            spans.append((start, i))
-            start = None
-    if len(spans) != assistant_turns:
-        return None
-    out = list(mask)
-    for turn in untrained:
-        a, b = spans[turn]
-        out[a:b] = [0] * (b - a)
-    return out

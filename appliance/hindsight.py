@@ -13,20 +13,23 @@ Like every demonstration these are SFT data only (`appliance.demonstrations`): n
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
-from appliance.demonstrations import HINDSIGHT, SUCCESS, ChatTokenizer, to_demonstration
+from appliance.demonstrations import HINDSIGHT, SUCCESS, to_demonstration
 from appliance.errors import ApplianceError
 from appliance.harness.builtin import first_messages
 from appliance.schemas import Outcome, Split, Task
+from appliance.seams import ChatTokenizer
 from appliance.store import Store
 
 HINT_MARK = "\n\nHint: "  # how the families' hint ladder appends a hint to the request
 HINT, UNHINTED = "hint", "unhinted_instruction"  # spec.meta: the hint rung ("tool", "partial"; None = bare request)
 
 
-def conversation(store: Store, rollout_id: str) -> list[dict[str, Any]] | None:
-    """A finished rollout's conversation as the harness saw it: the last answered request plus its answer."""
+def conversation(store: Store, rollout_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None] | None:
+    """A finished rollout's conversation as the harness saw it (the last answered request plus its answer),
+    and the tools that request offered (the template renders them into the prompt)."""
     calls = [c for c in store.model_calls(rollout_id) if c.status == "ok" and c.response]
     if not calls:
         return None
@@ -38,7 +41,8 @@ def conversation(store: Store, rollout_id: str) -> list[dict[str, Any]] | None:
     kept = {"role": "assistant", "content": message.get("content")}
     if message.get("tool_calls"):
         kept["tool_calls"] = message["tool_calls"]
-    return [dict(m) for m in last.request.get("messages", [])] + [kept]
+    tools = last.request.get("tools")
+    return [dict(m) for m in last.request.get("messages", [])] + [kept], tools if isinstance(tools, list) else None
 
 
 def unhinted_instruction(task: Task) -> str | None:
@@ -63,32 +67,48 @@ def unhinted_instruction(task: Task) -> str | None:
 
 
 def relabel_hindsight(store: Store, run_id: str, iteration: int, tokenize: ChatTokenizer, *,
-                      keep_successes: bool = False) -> int:
+                      keep_successes: bool = False) -> Relabelled:
     """Successful rollouts of hinted tasks in `iteration` -> demonstrations of the unhinted requests; with
     `keep_successes`, every other success too (origin "success"), so the policy's own wins stay in the
-    pool across iterations (deduplicated by conversation) instead of being trained once and forgotten."""
+    pool across iterations (deduplicated by conversation) instead of being trained once and forgotten.
+    A conversation the chat template cannot render is that rollout's loss (counted), never the phase's."""
     tasks = {t.id: t for t in store.tasks(run_id, split=Split.TRAIN)}
-    added = 0
+    out = Relabelled()
     for r in store.rollouts(run_id, iteration=iteration, purpose="train"):
         task = tasks.get(r.task_id or "")
         if r.outcome != Outcome.SUCCESS or task is None:
             continue
         meta = task.spec.get("meta") or {}
         plain = unhinted_instruction(task) if meta.get(HINT) else None
-        messages = conversation(store, r.id)
-        if not messages:
+        seen = conversation(store, r.id)
+        if not seen:
             continue
+        messages, tools = seen
+        origin = HINDSIGHT
         if not plain:
-            if keep_successes:
-                added += store.add_demonstration(to_demonstration(messages, task, tokenize, origin=SUCCESS,
-                                                                  iteration=iteration))
+            if not keep_successes:
+                continue
+            origin = SUCCESS
+        else:
+            hinted = f"Task: {task.spec['instruction'].strip()}"
+            relabelled = first_messages(plain)[1]["content"]
+            swapped = [dict(m, content=relabelled) if m.get("role") == "user" and m.get("content") == hinted else m
+                       for m in messages]
+            if swapped == messages:  # the hinted request is not where the harness put it: leave it alone
+                continue
+            messages = swapped
+        try:
+            demo = to_demonstration(messages, task, tokenize, origin=origin, iteration=iteration, tools=tools)
+        except ApplianceError as e:
+            out.unrendered[r.id] = e.message
             continue
-        hinted = f"Task: {task.spec['instruction'].strip()}"
-        relabelled = first_messages(plain)[1]["content"]
-        swapped = [dict(m, content=relabelled) if m.get("role") == "user" and m.get("content") == hinted else m
-                   for m in messages]
-        if swapped == messages:  # the hinted request is not where the harness put it: leave it alone
-            continue
-        added += store.add_demonstration(to_demonstration(swapped, task, tokenize, origin=HINDSIGHT,
-                                                          iteration=iteration))
-    return added
+        out.added += store.add_demonstration(demo)
+    return out
+
+
+@dataclass
+class Relabelled:
+    """What one relabelling pass did."""
+
+    added: int = 0
+    unrendered: dict[str, str] = field(default_factory=dict)  # rollout id -> why the template could not render it

@@ -7,6 +7,7 @@
     ServingEngine               what the proxy needs of the engine (admission, state, the served name)
     Engine                      what the loop needs: training's control, the URL and the served name
     PolicyText                  the policy writing text outside an episode (report analysis, self-proposal)
+    ChatTokenizer               a conversation as the served model's training sequences (demonstrations)
 
 The real implementations are `appliance.sandbox.Sandbox` (and its `Shell`) and `appliance.serving.Engine`;
 the fakes in `appliance.testing` meet the same Protocols.
@@ -14,9 +15,9 @@ the fakes in `appliance.testing` meet the same Protocols.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from appliance.config import Settings
 from appliance.schemas import EngineState, ExecResult
@@ -128,3 +129,12 @@ class PolicyText(Protocol):
     at once are served concurrently (the engine batches them)."""
 
     def __call__(self, prompt: str, *, max_tokens: int | None = None, temperature: float | None = None) -> str: ...
+
+
+class ChatTokenizer(Protocol):
+    """A conversation as training sequences (token ids, mask 1 on what the assistant sampled), tokenized as the
+    engine would see it (`serving.template.ChatTemplate` in the product); the assistant turns numbered in
+    `untrained` (0 = the first) are context only. Raises `ApplianceError` for a conversation it cannot render."""
+
+    def __call__(self, messages: list[dict[str, Any]], *, untrained: Collection[int] = (),
+                 tools: list[dict[str, Any]] | None = None) -> list[tuple[list[int], list[int]]]: ...

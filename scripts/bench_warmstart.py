@@ -72,9 +72,9 @@ def rendered(model_path: Path, specs: list[TaskSpec]) -> list[Sample]:
             {"role": "assistant", "content": command_block(spec.solution)},
             {"role": "user", "content": f"Output: {SILENT_SUCCESS}"},
             {"role": "assistant", "content": FINISH}]
-        ids, mask = tokenize(messages)
-        out.append(Demonstration(None, spec.id, spec.family, spec.difficulty, "reference", messages, ids, mask,
-                                 digest(messages)).to_sample())
+        out += Demonstration.of_sequences(tokenize(messages), run_id=None, task_id=spec.id, family=spec.family,
+                                          difficulty=spec.difficulty, origin="reference", messages=messages,
+                                          digest=digest(messages)).to_samples()
     return out
 
 
@@ -147,7 +147,7 @@ def main() -> None:
     k = args.dev_phrasing
     pooled = pooled_demonstrations(args.demos_from) if args.demos_from else []
     if args.demos_from:
-        train = [d.to_sample() for d in pooled]
+        train = [s for d in pooled for s in d.to_samples()]
     else:
         train = demo_samples(settings.model_path, args.per, args.levels, "bench:warmstart:train",
                              keep=lambda t: k is None or t.meta.get("phrasing") != k, families=args.families)

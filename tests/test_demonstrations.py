@@ -27,15 +27,17 @@ from appliance.tasks import TaskSpec
 from appliance.tasks.families import synthesize
 
 
-def char_tokenize(messages):
+def char_tokenize(messages, *, untrained=(), tools=None):
     """A char-level stand-in for the chat template: one id per character, the mask on assistant text."""
     ids, mask = [], []
+    turn = -1
     for m in messages:
+        turn += m["role"] == "assistant"
         head = [ord(c) for c in f"<{m['role']}>"]
         body = [ord(c) for c in m["content"] or ""]
         ids += head + body
-        mask += [0] * len(head) + [int(m["role"] == "assistant")] * len(body)
-    return ids, mask
+        mask += [0] * len(head) + [int(m["role"] == "assistant" and turn not in untrained)] * len(body)
+    return [(ids, mask)]
 
 
 def task_of(spec: TaskSpec, run_id: str = "r1", status: TaskStatus = TaskStatus.VALID,
@@ -242,8 +244,16 @@ def test_store_keeps_one_row_per_conversation_and_refuses_heldout(store: Store) 
     assert store.add_demonstration(demo) is False
     (back,) = store.demonstrations("r1", levels=[2])
     assert back.messages == messages and back.token_ids == demo.token_ids and back.mask == demo.mask
-    sample = back.to_sample()
+    (sample,) = back.to_samples()
     assert sample.rollout_id == f"demo:{back.id}" and sample.mask == demo.mask
+    # a template that is not prefix-stable: one sequence per turn, kept apart through the store
+    two = Demonstration.of_sequences([([1, 2, 3], [0, 0, 1]), ([1, 4], [0, 1])], run_id="r1", task_id=task.id,
+                                     family=task.family, difficulty=task.difficulty, origin=REFERENCE,
+                                     messages=messages[:2], digest="two")
+    assert store.add_demonstration(two)
+    back = next(d for d in store.demonstrations("r1") if d.digest == "two")
+    assert [(s.token_ids, s.mask, s.branch) for s in back.to_samples()] == [([1, 2, 3], [0, 0, 1], 0),
+                                                                            ([1, 4], [0, 1], 1)]
     assert store.demonstrations("r1", levels=[3]) == []
     held = task_of(synthesize("files", 2, 1, seed="y")[0], split=Split.HELDOUT)
     store.add_task(held)
@@ -288,11 +298,12 @@ def test_the_real_chat_template_masks_exactly_the_assistant_turns() -> None:
     messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "Task: list files"},
                 {"role": "assistant", "content": "```bash\nls\n```"}, {"role": "user", "content": "exit code 0\na"},
                 {"role": "assistant", "content": "DONE"}]
-    ids, mask = chat_tokenizer(Path(model))(messages)
+    ((ids, mask),) = chat_tokenizer(Path(model))(messages)  # ChatML is prefix-stable: one sequence
     trained = tok.decode([i for i, m in zip(ids, mask) if m])
     assert trained == "```bash\nls\n```<|im_end|>DONE<|im_end|>"
-    assert tok.decode(ids) == tok.apply_chat_template(messages, tokenize=False)
-    # a slip before the solution: its turn lines up with the template's mask and is kept out of the loss
+    # the template's text less the newline it writes after the last turn (glue, not the model's)
+    assert tok.decode(ids) == tok.apply_chat_template(messages, tokenize=False).removesuffix("\n")
+    # a slip before the solution: its turn is kept out of the loss
     slipped = messages[:2] + [{"role": "assistant", "content": "```bash\nlss\n```"},
                               {"role": "user", "content": "exit code 127\nstderr:\nbash: lss: command not found"}]
     slipped += messages[2:]
@@ -360,7 +371,7 @@ def test_learn_trains_demonstrations_by_sft_only(store: Store, settings: Setting
                 {"role": "assistant", "content": command_block(spec.solution)},
                 {"role": "user", "content": "exit code 0\n(no output)"}, {"role": "assistant", "content": FINISH}]
     store.add_demonstration(to_demonstration(messages, task, chat_tokenizer(tiny_model)))
-    samples = [d.to_sample() for d in store.demonstrations("r1")]
+    samples = [s for d in store.demonstrations("r1") for s in d.to_samples()]
     engine = FakeEngine()
     result = learn(store, settings, engine, [], [], run_id="r1", iteration=1, demonstrations=samples)
     assert engine.calls == ["pause", "sync"] and result.policy_version == 1

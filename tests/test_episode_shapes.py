@@ -18,7 +18,6 @@ from appliance.episode_shapes import (
     read_command,
     shape_of,
     unseen_names,
-    untrained_mask,
 )
 
 
@@ -57,13 +56,6 @@ def test_a_slip_misspells_only_the_first_program_and_never_runs_anything() -> No
                      "if true; then :; fi", "python3 -c 'print(1)", "`rm x`", "(cd a; ls)"):
         slip = mistaken(solution)
         assert slip is None or (slip[1] == "cdd" and slip[0] == "cdd repo"), (solution, slip)
-
-
-def test_the_mistaken_turn_is_masked_out_and_a_mask_that_does_not_line_up_is_refused() -> None:
-    mask = [0, 0, 1, 1, 0, 0, 1, 1, 1, 0, 1]
-    assert untrained_mask(mask, 3, {0}) == [0, 0, 0, 0, 0, 0, 1, 1, 1, 0, 1]
-    assert untrained_mask(mask, 3, set()) == mask
-    assert untrained_mask(mask, 2, {0}) is None
 
 
 def test_names_the_solution_uses_and_the_request_never_gives_are_unseen() -> None:

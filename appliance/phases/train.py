@@ -44,8 +44,13 @@ def demonstration_mix(ctx: PhaseContext, index: int, rl_samples: int) -> DemoMix
     if not ctx.settings.training.demonstrations:
         return DemoMix([], False, ctx.settings)
     relabelled = relabel_hindsight(ctx.store, ctx.run_id, index, ctx.tokenizer(), keep_successes=True)
+    if relabelled.unrendered:
+        rollout_id, why = next(iter(relabelled.unrendered.items()))
+        ctx.event("error", f"iteration {index}: the chat template could not render {len(relabelled.unrendered)} "
+                           f"successes as demonstrations (first, rollout {rollout_id}: {why})",
+                  unrendered=len(relabelled.unrendered))
     frontier = {f: int(v) for f, v in (ctx.previous_report(index) or CapabilityReport()).levels.items()}
     mix = training_mix(ctx.settings, ctx.store, ctx.run_id, index, frontier, rl_samples)
-    ctx.event("demonstrations", f"iteration {index}: {mix.describe()} ({relabelled} new from successes)",
-              warmstart=mix.warmstart, samples=len(mix.samples), hindsight=relabelled)
+    ctx.event("demonstrations", f"iteration {index}: {mix.describe()} ({relabelled.added} new from successes)",
+              warmstart=mix.warmstart, samples=len(mix.samples), hindsight=relabelled.added)
     return mix

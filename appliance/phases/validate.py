@@ -37,3 +37,7 @@ def validate(ctx: PhaseContext, index: int) -> None:
                                       start=ctx.practice.pool.start, stopping=ctx.practice.stopping)
         ctx.check_stopping("demonstrations")
         ctx.event("demonstrations", f"iteration {index}: {made.added} new demonstrations", **made.as_dict())
+        if made.unrendered:  # loud: a template that renders none of them leaves the warm-start empty
+            task_id, why = next(iter(made.unrendered.items()))
+            ctx.event("error", f"iteration {index}: the chat template could not render {len(made.unrendered)} "
+                               f"demonstrations (first, {task_id}: {why})", unrendered=len(made.unrendered))

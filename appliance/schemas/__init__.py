@@ -326,7 +326,9 @@ class Demonstration:
     "hindsight" (a successful rollout of a hinted task, relabelled as a demonstration of the unhinted
     request) or "success" (a successful rollout kept for later iterations). The ids come from the served
     model's chat template, so unlike RL samples they are
-    re-tokenized text: they never enter a GRPO batch or the `retokenized_tokens` count.
+    re-tokenized text: they never enter a GRPO batch or the `retokenized_tokens` count. A template that is
+    not prefix-stable gives one sequence per turn (`appliance.serving.template`): `token_ids` holds them one
+    after another, `lengths` says where each ends (empty: one sequence).
     """
 
     run_id: str | None
@@ -339,13 +341,29 @@ class Demonstration:
     mask: list[int]  # 1 on the assistant's tokens (trained), 0 elsewhere
     digest: str  # sha256 of the messages: one row per distinct conversation and run
     iteration: int | None = None
+    lengths: list[int] = field(default_factory=list)
     id: int | None = None
     created_at: float = field(default_factory=now)
 
-    def to_sample(self) -> Sample:
-        """The SFT sample (`appliance.training.sft` reads only token_ids and mask)."""
-        return Sample(f"demo:{self.id if self.id is not None else self.digest[:12]}", None, 0, list(self.token_ids),
-                      list(self.mask), [0.0] * len(self.token_ids), -1)
+    @classmethod
+    def of_sequences(cls, sequences: list[tuple[list[int], list[int]]], **fields: Any) -> Demonstration:
+        ids = [t for seq, _ in sequences for t in seq]
+        mask = [m for _, seq_mask in sequences for m in seq_mask]
+        lengths = [len(seq) for seq, _ in sequences] if len(sequences) > 1 else []
+        return cls(token_ids=ids, mask=mask, lengths=lengths, **fields)
+
+    def sequences(self) -> list[tuple[list[int], list[int]]]:
+        out, start = [], 0
+        for n in self.lengths or [len(self.token_ids)]:
+            out.append((self.token_ids[start:start + n], self.mask[start:start + n]))
+            start += n
+        return out
+
+    def to_samples(self) -> list[Sample]:
+        """The SFT samples, one per sequence (`appliance.training.sft` reads only token_ids and mask)."""
+        name = f"demo:{self.id if self.id is not None else self.digest[:12]}"
+        return [Sample(name, None, k, list(ids), list(mask), [0.0] * len(ids), -1)
+                for k, (ids, mask) in enumerate(self.sequences())]
 
 
 @dataclass(slots=True)

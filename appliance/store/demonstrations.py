@@ -21,7 +21,7 @@ class DemonstrationRecords(Database):
                 records.insert_sql("demonstrations", DEMONSTRATION_COLUMNS, "INSERT OR IGNORE"),
                 (demo.run_id, demo.task_id, demo.family, demo.difficulty, demo.origin, records.to_json(demo.messages),
                  records.pack_ints(demo.token_ids), records.pack_ints(demo.mask), demo.digest, demo.iteration,
-                 demo.created_at))
+                 records.pack_ints(demo.lengths), demo.created_at))
             return cur.rowcount > 0
 
     def demonstrations(self, run_id: str | None, *, levels: Iterable[int] | None = None,

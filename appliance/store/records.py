@@ -130,7 +130,7 @@ def control(r: sqlite3.Row) -> Control:
 
 def demonstration(r: sqlite3.Row) -> Demonstration:
     return record(Demonstration, r, messages=json.loads(r["messages"]), token_ids=unpack_ints(r["token_ids"]),
-                  mask=unpack_ints(r["mask"]))
+                  mask=unpack_ints(r["mask"]), lengths=unpack_ints(r["lengths"] or b""))
 
 
 def lineage(r: sqlite3.Row) -> dict[str, Any]:

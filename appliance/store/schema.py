@@ -235,3 +235,10 @@ def m011_reward_on_the_rollout_alone(db: sqlite_utils.Database) -> None:
     # overwritten from the rollout again on the way to the loss). The rollout is its one home now: the
     # trainer reads it there (`training.advantages.build_groups`), so a sample's copy could only disagree.
     db.executescript("ALTER TABLE samples DROP COLUMN reward;")
+
+
+@migrations()
+def m012_demonstration_sequences(db: sqlite_utils.Database) -> None:
+    # A chat template that is not prefix-stable (Qwen3, Llama 3.2) makes a demonstration one training
+    # sequence per turn (appliance.serving.template): `lengths` says where each ends in token_ids (NULL: one).
+    db.executescript("ALTER TABLE demonstrations ADD COLUMN lengths BLOB;")
