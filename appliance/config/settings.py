@@ -8,8 +8,10 @@ import datetime as dt
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from appliance.errors import ConfigError
 
 Profile = Literal["cpu", "gpu"]
 DEFAULT_HOME = Path("~/.local/share/appliance").expanduser()
@@ -112,6 +114,17 @@ class ProxySettings(Section):
         return port
 
 
+# The learning rates of a training mode where the settings name none (the gpu profile: it serves whichever mode
+# the user picks). A LoRA adapter's optimum sits ~10x a full fine-tune's (Schulman et al., "LoRA Without
+# Regret", 2025; TRL's guide to it trains SFT LoRA at 2e-4 against 2e-5 in full, GRPO LoRA at 1e-5..5e-5 with
+# alpha 32, as ours): the full fine-tune's 1e-5 / 2e-5 on an adapter barely moves it. The cpu profile sets its
+# own, measured on the bundled model.
+LEARNING_RATES: dict[str, dict[str, float]] = {
+    "lora": {"rl": 5e-5, "sft": 2e-4},
+    "full": {"rl": 1e-5, "sft": 2e-5},
+}
+
+
 class TrainingSettings(Section):
     method: Literal["grpo", "sft", "both", "ppo"] = Field(
         "grpo", description="Learning method: GRPO-family RL, SFT on successful trajectories, both (SFT first), or "
@@ -129,8 +142,9 @@ class TrainingSettings(Section):
     lora_targets: list[str] = Field(
         ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         description="Module names LoRA adapts (vLLM's LoRA loader supports the attention and MLP projections).")
-    learning_rate: float = Field(1e-5, gt=0, description="AdamW learning rate (LoRA typically wants ~10x a full "
-                                 "fine-tune's).")
+    learning_rate: float | None = Field(
+        None, gt=0, description="AdamW learning rate of the RL steps; None = by training mode (LEARNING_RATES): "
+        "5e-5 for a LoRA adapter, 1e-5 for a full fine-tune (a LoRA adapter wants ~10x a full fine-tune's).")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient norm clip per optimizer step.")
     micro_batch_size: int = Field(4, ge=1, description="Sequences per forward pass; gradients accumulate over a step.")
@@ -150,7 +164,9 @@ class TrainingSettings(Section):
     is_min: float | None = Field(None, ge=0, description="Lower bound of the importance ratio in the mask modes.")
     max_seq_len: int = Field(4096, ge=16, description="Longest training sequence; longer samples are cut at the end.")
     sft_epochs: float = Field(1.0, gt=0, description="Epochs of SFT over the successful trajectories of an iteration.")
-    sft_learning_rate: float = Field(2e-5, gt=0, description="SFT learning rate.")
+    sft_learning_rate: float | None = Field(
+        None, gt=0, description="SFT learning rate; None = by training mode (LEARNING_RATES): 2e-4 for a LoRA "
+        "adapter, 2e-5 for a full fine-tune.")
     gae_gamma: float = Field(
         1.0, ge=0, le=1, description="PPO discount per assistant turn (1: the outcome reward is not discounted; "
         "see appliance/training/credit.py for why).")
@@ -201,6 +217,20 @@ class TrainingSettings(Section):
         "and the slips are context, masked out of the loss; a look the solution needs (a file the request does "
         "not name) and a check that finds a real mistake are trained, whatever the shape. ['solve'] alone "
         "teaches 'one command, then DONE' whatever the command printed (see appliance/episode_shapes.py).")
+
+    @property
+    def rl_lr(self) -> float:
+        """The RL steps' learning rate: learning_rate, or the training mode's (read now, not at load)."""
+        return self.learning_rate or LEARNING_RATES[self.mode]["rl"]
+
+    @property
+    def sft_lr(self) -> float:
+        """The SFT steps' learning rate: sft_learning_rate, or the training mode's."""
+        return self.sft_learning_rate or LEARNING_RATES[self.mode]["sft"]
+
+    @property
+    def mode(self) -> Literal["lora", "full"]:
+        return "full" if self.full_finetune else "lora"
 
 
 class HarnessSettings(Section):
@@ -429,6 +459,22 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # init carries the TOML file merged over the profile defaults; the environment wins over both.
         return (env_settings, init_settings)
+
+    @model_validator(mode="after")
+    def _lora_rank_fits_the_engine(self) -> Settings:
+        self.check_lora_rank()
+        return self
+
+    def check_lora_rank(self) -> None:
+        """A LoRA adapter above the engine's --max-lora-rank is refused by vLLM at its first sync, after a whole
+        LEARN phase: refuse it when the settings load (and at a LEARN phase's start, for a value set later)."""
+        t, e = self.training, self.engine
+        if not t.full_finetune and t.lora_rank > e.max_lora_rank:
+            raise ConfigError(
+                f"training.lora_rank {t.lora_rank} is above engine.max_lora_rank {e.max_lora_rank}: the engine would "
+                "refuse the trained adapter at its first sync",
+                f"set training.lora_rank to at most {e.max_lora_rank}, or engine.max_lora_rank = {t.lora_rank} "
+                "(vLLM reserves LoRA memory for that rank)")
 
     # Paths derived from `home`; one place so no module invents its own layout.
     @property

@@ -120,6 +120,7 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
         return result
 
     processes = resolve_processes(cfg)  # a bad training.processes fails here, before serving pauses
+    settings.check_lora_rank()  # as does a LoRA rank the engine would refuse (set after the settings loaded)
     parts = split_groups(batch, steps) if cfg.method in ("grpo", "both", "ppo") and batch.samples else []
     resume_from, resume_kind = (Path(latest.path), latest.kind) if latest else (None, None)
 

@@ -161,7 +161,7 @@ def sft(policy: PolicyTrainer, samples: list[Sample],
 
     model = policy.model
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.sft_learning_rate, weight_decay=cfg.weight_decay)
+    optimizer = torch.optim.AdamW(params, lr=cfg.sft_lr, weight_decay=cfg.weight_decay)
     batches = plan_batches(samples, cfg.sft_batch_size, cfg.sft_epochs, cfg.seed)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - step / len(batches))
     rank, world = policy.rank, policy.world

@@ -102,7 +102,7 @@ class PolicyTrainer(Critic):
         self.rank, self.world = world()
         if self.world > 1:
             broadcast_params(params)
-        self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.rl_lr, weight_decay=cfg.weight_decay)
         if resume_from is not None and (resume_from / OPTIMIZER_FILE).exists():
             self.optimizer.load_state_dict(torch.load(resume_from / OPTIMIZER_FILE, map_location=self.device))
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
