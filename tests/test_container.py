@@ -46,6 +46,62 @@ def test_container_script_explains_bad_input() -> None:
     assert proc.returncode == 2 and "unknown command 'frobnicate'" in proc.stderr
 
 
+# --- the base image's Debian sources, whatever the host's apt uses ------------------------------------------
+
+UBUNTU_LIST = ("deb http://archive.ubuntu.com/ubuntu/ jammy main restricted universe\n"
+               "deb http://security.ubuntu.com/ubuntu/ jammy-security main restricted universe\n")
+UBUNTU_SOURCES = ("Types: deb\nURIs: http://archive.ubuntu.com/ubuntu/\nSuites: noble noble-updates\n"
+                  "Components: main universe\nSigned-By: /usr/share/keyrings/ubuntu-archive-keyring.gpg\n")
+
+
+def fake_tools(bin_dir: Path, record: Path) -> Path:
+    """mmdebstrap that records its arguments and its sources file, podman that has no image and imports one."""
+    bin_dir.mkdir()
+    (bin_dir / "mmdebstrap").write_text(
+        f'#!/bin/sh\necho "$@" > {record}.args\nfor last in "$@"; do :; done\ncat "$last" > {record}\n')
+    (bin_dir / "podman").write_text('#!/bin/sh\n[ "$1 $2" = "image exists" ] && exit 1\n'
+                                    '[ "$1" = import ] && cat >/dev/null\nexit 0\n')
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    return bin_dir
+
+
+@pytest.mark.parametrize("layout", ["one-line sources.list (22.04)", "deb822 ubuntu.sources (24.04)"])
+def test_the_base_is_built_from_a_debian_mirror_on_an_ubuntu_host(tmp_path: Path, layout: str) -> None:
+    """`scripts/container base` on an Ubuntu host (most GPU clouds): the host's /etc/apt, replaced by an Ubuntu
+    tree in a mount namespace of this test's own, must not reach mmdebstrap, whose suite is bookworm."""
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "--mount", "true"]).returncode != 0:
+        pytest.skip("needs unshare --mount (root) to show the script an Ubuntu /etc/apt")
+    apt = tmp_path / "apt"
+    (apt / "sources.list.d").mkdir(parents=True)
+    if layout.startswith("one-line"):
+        (apt / "sources.list").write_text(UBUNTU_LIST)
+    else:
+        (apt / "sources.list").write_text("# Ubuntu sources have moved to /etc/apt/sources.list.d/ubuntu.sources\n")
+        (apt / "sources.list.d/ubuntu.sources").write_text(UBUNTU_SOURCES)
+    record = tmp_path / "sources-used"
+    env = {**os.environ, "PATH": f"{fake_tools(tmp_path / 'bin', record)}:{os.environ['PATH']}"}
+    script = f"mount --bind {apt} /etc/apt && exec {REPO / 'scripts/container'} base"
+    proc = subprocess.run(["unshare", "--mount", "sh", "-c", script], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    used = record.read_text()
+    assert "ubuntu" not in used.lower(), used
+    assert "URIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates" in used
+    assert "URIs: http://deb.debian.org/debian-security\nSuites: bookworm-security" in used
+    assert record.with_suffix(".args").read_text().split()[-3:-1] == ["bookworm", "-"]
+    assert proc.stdout.strip().startswith("localhost/appliance-base:bookworm-")
+
+    # an offline mirror instead, and one without the security suite
+    env.update(APPLIANCE_DEBIAN_MIRROR="http://mirror.internal/debian", APPLIANCE_DEBIAN_SECURITY_MIRROR="none")
+    proc = subprocess.run(["unshare", "--mount", "sh", "-c", script], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "URIs: http://mirror.internal/debian\n" in record.read_text() and "security" not in record.read_text()
+    printed = subprocess.run([str(REPO / "scripts/container"), "sources"], env=env, capture_output=True, text=True)
+    assert printed.stdout == record.read_text()
+
+
 @pytest.fixture(scope="module")
 def outer() -> Settings:
     """The outer Podman (the one a user runs on the host), in a storage root of its own."""
