@@ -28,6 +28,7 @@ from __future__ import annotations
 import gc
 import math
 import time
+import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -173,8 +174,12 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
             drop_stale_optimizer_states(store)
         else:  # no step changed the weights: the policy is the one serving, no new version
             note("no update: no step had a token to learn from", 0.0, steps=len(result.steps))
-    except Interrupted:
-        interrupted = True
+    except BaseException as e:
+        interrupted = isinstance(e, Interrupted)
+        # The traceback holds every frame the exception left, with their locals: a failed step's tensors (an
+        # OOM's logits and activations) and the trainer itself (`self` of its methods). Without this the
+        # `del trainer` below frees nothing and the engine wakes into the memory they pin.
+        _clear_frames(e)
         raise
     finally:
         if not synced:
@@ -252,6 +257,19 @@ def _timed(timings: dict[str, float], key: str) -> Iterator[None]:
         yield
     finally:
         timings[key] = time.perf_counter() - t0
+
+
+def _clear_frames(error: BaseException) -> None:
+    """Drop the locals of the frames `error` (and the errors it chains) left; the traceback keeps its lines."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [error]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        traceback.clear_frames(e.__traceback__)  # skips the frames still running (this phase's own)
+        todo += [e.__cause__, e.__context__]
 
 
 def _free_memory() -> None:

@@ -100,6 +100,41 @@ def test_a_failed_training_resumes_serving(store, tiny_settings):
     assert store.events("run", kind="train")[-1].message == "serving resumed without new weights"
 
 
+def test_a_failed_step_frees_what_it_held_before_the_engine_wakes(store, settings, monkeypatch):
+    """An exception's traceback holds the failing step's frames, and with them its tensors (on a GPU the
+    logits and activations of an OOM) and the trainer: waking the engine into that memory fails again."""
+    import weakref
+
+    import torch
+
+    from appliance.training import learn as learn_module
+    from appliance.training import trainer as trainer_module
+
+    held: dict[str, weakref.ref] = {}
+
+    class Trainer:  # the PolicyTrainer's place: its weights, no model to load
+        def __init__(self, *args, **kwargs) -> None:
+            self.weights = torch.ones(1024)
+
+    def failing_steps(trainer, *args, **kwargs):
+        activations = torch.ones(1024)  # what a step holds when it fails
+        held.update(activations=weakref.ref(activations), trainer=weakref.ref(trainer))
+        raise RuntimeError("CUDA out of memory (a step that failed)")
+
+    class Engine(FakeEngine):
+        def resume(self) -> None:
+            self.alive_at_wake = sorted(name for name, ref in held.items() if ref() is not None)
+            super().resume()
+
+    monkeypatch.setattr(trainer_module, "PolicyTrainer", Trainer)
+    monkeypatch.setattr(learn_module, "run_steps", failing_steps)
+    engine = Engine()
+    with pytest.raises(RuntimeError, match="out of memory"):
+        learn(store, settings, engine, *practice({"a": [1.0, 0.0]}), run_id="run", iteration=0)
+    assert engine.calls == ["pause", "resume"]
+    assert engine.alive_at_wake == []
+
+
 @pytest.mark.slow
 def test_a_shutdown_stops_training_between_steps_and_publishes_nothing(store, tiny_settings):
     # a warm-start SFT is twenty minutes on the CPU: SIGTERM must not wait for its end
