@@ -42,9 +42,14 @@ def engine_and_proxy(settings: Settings, store: Store, log: Callable[[str], None
                      port: int | None = None) -> Iterator[tuple[VllmEngine, ProxyServer]]:
     """The engine and the proxy in front of it (`port`: None = proxy.port from the settings); both stopped
     on the way out, also when the start fails half-way."""
+    from appliance.plan import fit_to_gpus
     from appliance.proxy import ProxyServer, create_app
     from appliance.serving import Engine as VllmEngine
 
+    settings, plan = fit_to_gpus(settings)  # `appliance serve`'s; a run's were fitted before (run_appliance)
+    if plan is not None:
+        log(f"serving on {plan.gpus} GPU(s) as `appliance plan` says: tensor_parallel_size "
+            f"{settings.engine.tensor_parallel_size}, gpu_memory_utilization {settings.engine.gpu_memory_utilization}")
     engine = VllmEngine(settings, store)
     server = None
     try:
@@ -81,11 +86,19 @@ def run_appliance(settings: Settings, *, iterations: int | None = None, headless
                   log: Callable[[str], None] = print, progress: Callable[[str], None] | None = None) -> str:
     """`appliance run`: start the services, let the scheduler drive the loop until the run ends; returns
     the run id. SIGTERM and Ctrl-C stop cleanly; a kill -9 is recovered by the next start."""
+    from appliance.plan import fit_to_gpus
     from appliance.serving.text import policy_text
 
     if iterations is not None:
         settings = settings.model_copy(deep=True)
         settings.loop.iterations = iterations
+    # on a GPU server, what the settings leave open comes from the plan (the engine's shape, the micro-batch),
+    # for the engine and the loop alike
+    settings, plan = fit_to_gpus(settings)
+    if plan is not None:
+        log(f"{plan.gpus} GPU(s): tensor_parallel_size {settings.engine.tensor_parallel_size}, gpu_memory_utilization "
+            f"{settings.engine.gpu_memory_utilization}, sleep_level {settings.engine.sleep_level}, micro_batch_size "
+            f"{settings.training.micro_batch_size}, {plan.processes} trainer process(es) (`appliance plan`)")
     store = Store(settings.db_path)
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -293,6 +293,42 @@ def render(plan: Plan) -> str:
     return "\n".join(lines)
 
 
+# What a GPU run takes from the plan where the settings name no value of their own (`fit_to_gpus`): the engine's
+# serving shape and sleep level, and the micro-batch that fits; `appliance plan` prints the same.
+PLANNED = {"engine": ("tensor_parallel_size", "gpu_memory_utilization", "sleep_level"),
+           "training": ("micro_batch_size",)}
+
+
+def fit_to_gpus(settings: Settings, inventory: tuple[int, float] | None = None) -> tuple[Settings, Plan | None]:
+    """The settings a GPU run serves and trains with, and the plan they came from.
+
+    The fields of `PLANNED` come from the plan `appliance plan` prints for this machine's GPUs (`inventory`:
+    (count, GB of the smallest), default nvidia-smi's), each unless appliance.toml or an APPLIANCE_* variable
+    names it: the fields' own defaults (tensor parallel 1, 0.45 of one GPU) are a CPU machine's, and with
+    training.processes = 0 on 8 GPUs they left serving on one GPU. The cpu profile, a machine without a
+    visible GPU and a model folder without config.json (the engine's start says what is wrong) are left as
+    they are; a model the plan cannot fit is a PlanError before anything starts.
+    """
+    if settings.profile != "gpu":
+        return settings, None
+    unset = [(section, key) for section, keys in PLANNED.items() for key in keys
+             if key not in getattr(settings, section).model_fields_set]
+    if not unset or not (settings.model_path / "config.json").is_file():
+        return settings, None
+    inventory = inventory or detect_gpus()
+    if inventory is None:
+        return settings, None
+    try:
+        plan = make_plan(read_model(settings.model_path), settings, *inventory)
+    except PlanError as e:
+        raise PlanError(e.message, f"{e.hint}; or set {', '.join(f'{s}.{k}' for s, k in unset)} yourself "
+                        "(the plan is an estimate: `appliance plan` shows its arithmetic)") from None
+    fitted = settings.model_copy(deep=True)
+    for section, key in unset:
+        setattr(getattr(fitted, section), key, getattr(plan, key))
+    return fitted, plan
+
+
 def detect_gpus() -> tuple[int, float] | None:
     """(count, memory GB of the smallest) of the visible NVIDIA GPUs from nvidia-smi, None without one."""
     import shutil

@@ -71,3 +71,62 @@ def test_plan_command(tmp_path: Path) -> None:
     assert json.loads(r.output)["tensor_parallel_size"] == 4
     r = CliRunner().invoke(main, ["plan", "--model", model], env=env)
     assert r.exit_code == 1 and "no GPU visible" in r.output and "--gpus N --gpu-memory GB" in r.output
+
+
+class _Started(Exception):
+    pass
+
+
+def _engine_settings_of_a_run(monkeypatch, env: dict[str, str], model: str, gpus: tuple[int, float]):
+    """The settings the run's engine is built with (app.engine_and_proxy, which `appliance run` and `serve`
+    start), on a faked GPU inventory; no engine starts."""
+    import appliance.plan
+    import appliance.serving
+    from appliance.app import engine_and_proxy
+    from appliance.config import load_settings
+
+    seen = []
+
+    class Engine:
+        base_url = "http://engine.invalid"
+
+        def __init__(self, settings, store, *args):
+            seen.append(settings)
+
+        def start(self):
+            raise _Started
+
+        def stop(self):
+            pass
+
+    monkeypatch.setattr(appliance.serving, "Engine", Engine)
+    monkeypatch.setattr(appliance.plan, "detect_gpus", lambda: gpus)
+    settings = load_settings(environ={"APPLIANCE_PROFILE": "gpu", "APPLIANCE_ENGINE__MODEL": str(FIXTURES / model),
+                                      **env})
+    with pytest.raises(_Started), engine_and_proxy(settings, store=None, log=lambda _: None):
+        pass
+    return settings, seen[0]
+
+
+@pytest.mark.parametrize("model, gpus, tp, utilization", [("qwen2.5-7b", 8, 4, 0.85), ("llama-3.1-8b", 8, 8, 0.85),
+                                                          ("qwen2.5-1.5b", 1, 1, 0.45)])
+def test_a_gpu_run_serves_with_the_plans_engine_settings(monkeypatch, tmp_path, model, gpus, tp, utilization):
+    # training.processes = 0 (the gpu profile): one trainer per GPU, which exit after LEARN; serving spans them
+    settings, used = _engine_settings_of_a_run(monkeypatch, {"APPLIANCE_HOME": str(tmp_path)}, model, (gpus, 80.0))
+    plan = make_plan(read_model(FIXTURES / model), settings, gpus, 80.0)  # what `appliance plan` prints
+    assert (plan.tensor_parallel_size, plan.gpu_memory_utilization) == (tp, utilization)
+    e = used.engine
+    assert (e.tensor_parallel_size, e.gpu_memory_utilization, e.sleep_level) == \
+        (plan.tensor_parallel_size, plan.gpu_memory_utilization, plan.sleep_level)
+    assert used.training.micro_batch_size == plan.micro_batch_size
+
+
+def test_the_plan_leaves_what_the_settings_name(monkeypatch, tmp_path):
+    env = {"APPLIANCE_HOME": str(tmp_path), "APPLIANCE_ENGINE__TENSOR_PARALLEL_SIZE": "2",
+           "APPLIANCE_TRAINING__FULL_FINETUNE": "true"}
+    _, used = _engine_settings_of_a_run(monkeypatch, env, "qwen2.5-1.5b", (8, 80.0))
+    assert (used.engine.tensor_parallel_size, used.engine.gpu_memory_utilization) == (2, 0.85)
+    assert used.engine.sleep_level == 2  # a full fine-tune loads new weights on every wake anyway
+    # no GPU visible: nothing to plan for (the engine's start says what is wrong)
+    _, used = _engine_settings_of_a_run(monkeypatch, {"APPLIANCE_HOME": str(tmp_path)}, "qwen2.5-1.5b", None)
+    assert (used.engine.tensor_parallel_size, used.engine.gpu_memory_utilization) == (1, 0.45)

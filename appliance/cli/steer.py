@@ -135,10 +135,11 @@ def train(ctx: click.Context, steps: int, run_id: str | None, as_json: bool) -> 
     weights, passes the canary, stops it. The loop does the same inside a run without the restart.
     """
     from appliance.errors import ApplianceError
+    from appliance.plan import fit_to_gpus
     from appliance.serving import Engine
     from appliance.training.data import train_on_practice
 
-    settings = settings_of(ctx)
+    settings, _ = fit_to_gpus(settings_of(ctx))  # on a GPU server, as a run would serve and train
     with open_store(settings) as store:
         run = store.get_run(run_id) if run_id else store.latest_run()
         if run is None:
