@@ -1,6 +1,7 @@
 """The sandbox image, built offline: mmdebstrap rootfs from the Debian mirror apt uses → `FROM scratch`.
 
-The recipe lives in appliance/sandbox/image/ (Containerfile, packages, door-relay.py). The image tag is
+The recipe lives in appliance/sandbox/image/ (Containerfile, packages, door-relay.py, judge-launcher.py,
+appliance_check.py). The image tag is
 a hash of those files, so `build_image` is a no-op until the recipe changes. The rootfs tarball is cached
 under $APPLIANCE_HOME/cache keyed by the package list and the apt sources alone, so editing only the
 Containerfile or the relay rebuilds in seconds instead of re-running mmdebstrap (about a minute).
@@ -21,7 +22,7 @@ from appliance.errors import SetupError
 from appliance.sandbox.podman import podman, podman_env, write_podman_config
 
 RECIPE_DIR = Path(__file__).parent / "image"
-RECIPE_FILES = ("Containerfile", "packages", "door-relay.py", "judge-launcher.py")
+RECIPE_FILES = ("Containerfile", "packages", "door-relay.py", "judge-launcher.py", "appliance_check.py")
 SUITE = "bookworm"
 APT_DIR = Path("/etc/apt")
 # Docs, man pages and translations are dead weight in a sandbox (and ~30% of the rootfs).

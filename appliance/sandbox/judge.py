@@ -1,23 +1,27 @@
 """The verdict channel: run a verifier in a sandbox so that nothing inside can write its outcome.
 
-A verifier of a script or a code-fixing task runs the agent's own code, by design, as the same uid as
-itself. Text that code can reach is no verdict: a persistent shell's stdout (with a sentinel the code
-can read out of the shell's memory) or the verifier's own stdout (inherited, or opened through
-/proc/PID/fd). So the verdict travels another way:
+A verifier of a script or a code-fixing task runs the agent's own code, by design, as the agent's uid.
+Text that code can reach is no verdict: a persistent shell's stdout (with a sentinel the code can read
+out of the shell's memory) or the verifier's own stdout (inherited, or opened through /proc/PID/fd). So
+the verdict travels another way:
 
-- a `podman exec` whose top process is the launcher (one per sandbox, serving each verdict in turn)
-(image/judge-launcher.py) started through an
-  execute-only interpreter: the kernel makes it non-dumpable, so no process of the sandbox may ptrace
-  it, read or write its memory or open its descriptors, and its stdout pipe is held by it and the
-  container runtime alone;
-- the verifier runs as the launcher's child through an execute-only interpreter too, so the code it
-  runs cannot rewrite its exit status either; the launcher reads that status with waitpid;
-- a partial score comes only from the verifier's fd 3 (a pipe only it is given: Python's subprocess
-  does not pass it on), never from its stdout;
-- the launcher kills everything else of the uid when the verifier is done.
+- a `podman exec --user 0` whose top process is the launcher (one per sandbox, serving each verdict in
+  turn; image/judge-launcher.py): root with only KILL, SETUID and SETGID, so no process of the agent's
+  uid may signal it (`kill -STOP` included), ptrace it, or open its descriptors; its stdout pipe is held
+  by it and the container runtime alone;
+- the verifier runs as the launcher's child, dropped to the agent's uid, through an execute-only
+  interpreter: it is not dumpable, so the code it runs can neither rewrite its exit status nor read its
+  memory or descriptors; the launcher reads that status with waitpid;
+- the verifier's source (its expectations) is never in its argv or environment, which any process may
+  read (/proc/PID/cmdline): it arrives as a sealed memfd on fd 4 that the bootstrap below reads and closes;
+- a partial score comes only from the verifier's fd 3, never from its stdout; the Python bootstrap makes
+  it close-on-exec, so nothing the verifier starts (os.system included) holds it;
+- the launcher kills everything else of the sandbox when the verifier is done.
 
 What the verifier's own logic concludes from the workspace and from the code it runs is its verdict;
-what that code can still do is make the verifier fail (kill it, exhaust its time), never pass.
+what that code can still do is make the verifier fail: kill it, or stop it, which the launcher ends at
+the time limit as the agent's `verifier_timeout`. A launcher that falls silent while its sandbox lives
+is judged the same way (no process inside can reach it), never as the machine's failure.
 """
 
 from __future__ import annotations
@@ -36,6 +40,16 @@ from appliance.seams import SandboxAPI
 
 LIBEXEC = "/usr/local/libexec/appliance"
 LAUNCHER = [f"{LIBEXEC}/judge-python3", "-I", "-S", f"{LIBEXEC}/judge-launcher.py"]
+# The verifier's source arrives on fd 4; these bootstraps (all that its argv shows) read it, close it, run it.
+PY_BOOT = ("import os, sys\n"
+           "try:\n    os.set_inheritable(3, False)\n"  # the score channel reaches no process it starts
+           "except OSError:\n    pass\n"
+           "with open(4, 'rb') as f:\n    code = compile(f.read(), '<verifier>', 'exec')\n"
+           "del f\n"
+           "exec(code, {'__name__': '__main__', '__builtins__': __builtins__})\n")
+BASH_BOOT = "IFS= read -r -d '' __verifier <&4; exec 4<&-; eval \"$__verifier\""
+INTERPRETERS = {"python": [f"{LIBEXEC}/judge-python3", "-I", "-c", PY_BOOT],
+                "bash": [f"{LIBEXEC}/judge-bash", "--noprofile", "--norc", "-c", BASH_BOOT]}
 # The host waits this much longer than the verifier's own limit before it calls the exec stuck.
 GRACE_S = 20.0
 
@@ -57,7 +71,7 @@ class _Session:
     """The sandbox's launcher, kept for its next verifier run: one `podman exec` per sandbox, not per verdict."""
 
     def __init__(self, sb: SandboxAPI) -> None:
-        self.proc = subprocess.Popen([podman_bin(), "exec", "-i", "-w", "/", sb.name, *LAUNCHER],
+        self.proc = subprocess.Popen([podman_bin(), "exec", "-i", "--user", "0", "-w", "/", sb.name, *LAUNCHER],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      env=podman_env(sb.settings), cwd=podman_cwd(sb.settings))
         self.buffer = b""
@@ -130,8 +144,8 @@ def run_judge(sb: SandboxAPI, lang: str, source: str, *, timeout_s: float, env: 
     Raises SandboxError only when the machine failed (the sandbox is gone, podman errors, the image lacks
     the launcher); whatever the workspace's code does ends in a JudgeRun."""
     session = _session(sb)
-    request = json.dumps({"lang": lang, "source": source, "timeout_s": timeout_s, "env": env, "spare": list(spare),
-                          "output_limit": sb.settings.sandbox.output_limit_bytes})
+    request = json.dumps({"argv": INTERPRETERS[lang], "source": source, "timeout_s": timeout_s, "env": env,
+                          "spare": list(spare), "output_limit": sb.settings.sandbox.output_limit_bytes})
     try:
         assert session.proc.stdin is not None
         session.proc.stdin.write(request.encode() + b"\n")
@@ -160,9 +174,13 @@ def run_judge(sb: SandboxAPI, lang: str, source: str, *, timeout_s: float, env: 
     err = session.close() if not alive_launcher else ""
     _end(sb)
     if alive_launcher:
-        # The launcher enforces the limit inside; one that outlives it by GRACE_S is a stuck machine.
-        raise SandboxError(f"the verifier in sandbox {sb.name} gave no verdict within {timeout_s + GRACE_S:g} s",
-                           "an infra error; check `podman ps` and the machine's load")
+        if not sb.alive():
+            raise SandboxError(f"sandbox {sb.name} died while its verifier ran",
+                               "an infra error; check `podman ps -a` and the machine's memory")
+        # The launcher enforces the limit inside and nothing inside can stop it; silent past it while its
+        # sandbox lives, the verifier is judged as one that ran out of time on this workspace.
+        return JudgeRun(None, "", f"[appliance: no verdict within {timeout_s + GRACE_S:g} s]", timeout_s + GRACE_S,
+                        timed_out=True)
     code = session.proc.returncode
     if code in (125, 126, 127) or not sb.alive():
         check_storage(sb.settings, err)

@@ -88,6 +88,7 @@ if [ $__wiped = 0 ] && [ $__n = 0 ] && [ -w /workspace ]; then echo "wipe: clean
 else echo "wipe: left files (find exit $__wiped), $__n IPC objects"; fi"""
 
 AGENT_UID = 1000
+JUDGE_CAPS = "KILL,SETGID,SETUID"  # the verdict launcher's: signal anything, and start the verifier as AGENT_UID
 # timeout(1) puts itself and the command in a new process group; when it returns, whatever the command
 # left running in that group (a backgrounded fork bomb, a server holding stdout open) is killed too.
 # Only `kill` (a builtin) runs after the command, so this works even when the pids limit is exhausted.
@@ -232,6 +233,11 @@ class Sandbox:
                 "--tmpfs", f"/workspace:rw,nosuid,nodev,size={workspace_bytes(self.settings)},mode=0755,U",
                 f"--cpus={s.cpus}", f"--user={AGENT_UID}:{AGENT_UID}",
                 f"--timeout={s.lifetime_s}", "--log-driver=none", "--hostname=sandbox", "--workdir=/workspace"]
+        if self._socket_dir is None:
+            # The verdict launcher's, in the bounding set only (sandbox/judge.py): `podman exec --user 0` gets
+            # them; the agent's uid has none and cannot gain them (no-new-privileges: no setuid bits, no file
+            # capabilities). A sandbox with a door runs an agent and a model, never a verifier.
+            args.insert(args.index("--cap-drop=ALL") + 1, f"--cap-add={JUDGE_CAPS}")
         if self._socket_dir is not None:
             args += ["--init", "-v", f"{self._socket_dir}:{DOOR_MOUNT}:ro"]
             cmd = ["python3", "/usr/local/bin/appliance-door", str(DOOR_PORT), f"{DOOR_MOUNT}/door.sock"]

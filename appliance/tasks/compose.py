@@ -8,9 +8,11 @@ do both, in order, without being told which tools: the multi-step chores it fail
 
 The composite verifier is bash. Each part runs as its own child through the execute-only interpreters
 of the verdict channel (`sandbox.judge`), so the code a part runs can neither read nor rewrite a part's
-status; each part's score descriptor goes to /dev/null and the composite writes its own (the share of
-parts passed) to fd 3. Validation decides as for any task: untouched fails, the reference passes (two
-parts whose workspaces or commands collide fail here and are never trained).
+status; a part's source reaches it as the channel's own does, on fd 4 (a pipe from the composite's
+memory), never in its argv, so code one part runs cannot read what another part expects; each part's
+score descriptor goes to /dev/null and the composite writes its own (the share of parts passed) to fd 3.
+Validation decides as for any task: untouched fails, the reference passes (two parts whose workspaces or
+commands collide fail here and are never trained).
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ import json
 import random
 import shlex
 
+from appliance.sandbox.judge import INTERPRETERS
 from appliance.tasks.format import MAX_TIMEOUT_S, MAX_TURNS, Limits, TaskSpec
 
-LIBEXEC = "/usr/local/libexec/appliance"
-PART = {"python": f'"{LIBEXEC}/judge-python3" -I -c', "bash": f'"{LIBEXEC}/judge-bash" --noprofile --norc -c'}
+PART = {lang: shlex.join(argv) for lang, argv in INTERPRETERS.items()}
 REGISTERS = [
     "{a}\n{b}",
     "Two things, please. First: {a} Then: {b}",
@@ -60,8 +62,11 @@ def compose(a: TaskSpec, b: TaskSpec, rng: random.Random) -> TaskSpec | None:
 def verifier(parts: list[TaskSpec]) -> str:
     """Bash that runs each part's verifier as its own judged child and passes when all of them pass."""
     lines = ["__ok=0"]
-    for p in parts:
-        lines.append(f"{PART[p.verify_lang]} {shlex.quote(p.verify)} 3>/dev/null </dev/null && __ok=$((__ok + 1))")
+    for i, p in enumerate(parts):
+        # (a process substitution is a pipe from a fork of this non-dumpable shell: no file, no argv)
+        lines.append(f"__part{i}={shlex.quote(p.verify)}")
+        lines.append(f"{PART[p.verify_lang]} 4< <(printf %s \"$__part{i}\") 3>/dev/null </dev/null "
+                     "&& __ok=$((__ok + 1))")
     n = len(parts)
     lines += [(f'__m=$(( __ok * 1000 / {n} )); printf "SCORE=%d.%03d\\n" $(( __m / 1000 )) $(( __m % 1000 ))'
                ' >&3 2>/dev/null'),

@@ -1,21 +1,25 @@
 """The verifier's launcher inside a sandbox: the only process whose words the host takes as a verdict.
 
-Started by the host as the top process of its own `podman exec` (one per sandbox) through an execute-only copy of the
-interpreter (/usr/local/libexec/appliance/judge-python3, mode 0711): the kernel marks a process that
-executes a file it cannot read as not dumpable, so no other process of the sandbox's uid may ptrace it,
-read or write its memory (/proc/PID/mem) or open its file descriptors (/proc/PID/fd/*). Its stdout is
-a pipe only it and the container runtime hold, so what it prints there cannot be forged from inside.
+Started by the host as the top process of its own `podman exec` (one per sandbox) as root, whose only
+capabilities are KILL, SETUID and SETGID (the container's bounding set; the agent's uid has none and
+cannot gain them: no-new-privileges). No process of the agent's uid may signal it (`kill -STOP` included),
+ptrace it, read its memory or open its descriptors; its stdin (the requests, verifiers' sources in them)
+and stdout (the verdicts) are pipes only it and the container runtime hold.
 
-It serves one sandbox: it prints its pid, then reads one JSON request per line on stdin ({"lang", "source",
-"timeout_s", "output_limit", "env", "spare"}) and for each runs the
-verifier as its child through the matching execute-only interpreter (so the verifier is not dumpable
-either: code the verifier runs cannot rewrite its exit status), with its own stdout/stderr pipes and
-fd 3 as the verifier's private score channel (Python's subprocess does not pass fd 3 on), kills
-everything else of its uid when the verifier is done, and prints one JSON verdict: the verifier's exit
-code or signal as waitpid saw it, whether it ran out of time, the score it wrote to fd 3, and the
+It serves one sandbox: it prints its pid, then reads one JSON request per line on stdin ({"argv", "source",
+"timeout_s", "output_limit", "env", "spare"}) and for each forks the verifier, which drops to the agent's
+uid and runs `argv` (an execute-only interpreter under /usr/local/libexec/appliance, so the verifier is
+not dumpable either: code it runs cannot rewrite its exit status, read its memory or its descriptors).
+The verifier's source is never in its argv or environment (/proc/PID/cmdline is readable by every
+process): it is a sealed memfd on fd 4, which the interpreter's bootstrap (argv) reads and closes before
+the source runs. Its stdout/stderr are its own pipes; fd 3 is its private score channel, which the
+Python bootstrap makes close-on-exec (os.system and the like do not pass it on). The launcher kills
+everything else of the sandbox when the verifier is done, and prints one JSON verdict: the verifier's
+exit code or signal as waitpid saw it, whether it ran out of time, the score it wrote to fd 3, and the
 (bounded) output, on one line. Only the standard library; no file under /workspace is read or imported.
 """
 import ctypes
+import fcntl
 import json
 import os
 import select
@@ -24,9 +28,9 @@ import sys
 import time
 
 LIBEXEC = "/usr/local/libexec/appliance"
-INTERPRETERS = {"python": [f"{LIBEXEC}/judge-python3", "-I", "-c"],
-                "bash": [f"{LIBEXEC}/judge-bash", "--noprofile", "--norc", "-c"]}
+AGENT_UID = 1000  # the image's `agent` user: the verifier and the code it runs
 PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
+F_ADD_SEALS, F_SEAL_SEAL, F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_WRITE = 1033, 1, 2, 4, 8
 
 
 def dumpable():
@@ -35,7 +39,18 @@ def dumpable():
     return libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0)
 
 
-def child(argv, env, out_w, err_w, score_w):
+def source_fd(source):
+    """The verifier's source as a sealed memfd (read-only to whoever holds it, never on a file system)."""
+    fd = os.memfd_create("verifier", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    data = source.encode()
+    while data:
+        data = data[os.write(fd, data):]
+    fcntl.fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def child(argv, env, out_w, err_w, score_w, src):
     try:
         os.setsid()
         null = os.open("/dev/null", os.O_RDONLY)
@@ -43,8 +58,14 @@ def child(argv, env, out_w, err_w, score_w):
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
         os.dup2(score_w, 3)
-        os.closerange(4, 1 << 16)
+        os.dup2(src, 4)  # (dup2 clears close-on-exec: the interpreter's bootstrap reads it, then closes it)
+        os.closerange(5, 1 << 16)
         os.chdir("/workspace")
+        # Out of root for good: the verifier, and whatever it runs, is the agent's uid with no capability,
+        # so nothing it runs may signal this launcher.
+        os.setgroups([])
+        os.setresgid(AGENT_UID, AGENT_UID, AGENT_UID)
+        os.setresuid(AGENT_UID, AGENT_UID, AGENT_UID)
         os.execve(argv[0], argv, env)
     except BaseException as e:  # noqa: BLE001 - the child must never return into the launcher
         os.write(2, f"judge: cannot start the verifier: {e}\n".encode())
@@ -89,7 +110,7 @@ def _read(fd, streams, limit):
 
 
 def kill_others(spare):
-    """SIGKILL every other process this uid may signal, round after round until none is left (a process
+    """SIGKILL every other process of the sandbox, round after round until none is left (a process
     forked between two rounds is caught by the next; the pids limit bounds how many there can be)."""
     for _ in range(200):
         left = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in spare]
@@ -118,12 +139,15 @@ def judge(req):
     """One verifier run; the verdict as a dict."""
     limit = int(req["output_limit"])
     (out_r, out_w), (err_r, err_w), (score_r, score_w) = os.pipe(), os.pipe(), os.pipe()
-    argv = INTERPRETERS[req["lang"]] + [req["source"]]
+    argv = [str(a) for a in req["argv"]]
+    if not argv or os.path.dirname(argv[0]) != LIBEXEC:  # only the execute-only interpreters judge
+        return {"error": f"the verifier's interpreter {argv[:1]} is not under {LIBEXEC}"}
+    src = source_fd(req["source"])
     started = time.monotonic()
     pid = os.fork()
     if pid == 0:
-        child(argv, req["env"], out_w, err_w, score_w)
-    for fd in (out_w, err_w, score_w):
+        child(argv, req["env"], out_w, err_w, score_w, src)
+    for fd in (out_w, err_w, score_w, src):
         os.close(fd)
     streams = {out_r: [b"", 0], err_r: [b"", 0], score_r: [b"", 0]}
     names = {out_r: "stdout", err_r: "stderr", score_r: "score"}
@@ -150,6 +174,10 @@ def main():
     if dumpable() != 0:
         # The image lost its execute-only interpreters: refuse rather than give a verdict that can be forged.
         print(json.dumps({"error": "the judge is dumpable (is /usr/local/libexec/appliance/judge-python3 mode 0711?)"}))
+        return
+    if os.geteuid() != 0:
+        # As the agent's uid it could be stopped or killed by the code the verifier runs.
+        print(json.dumps({"error": "the judge must start as root (podman exec --user 0) to leave the agent's reach"}))
         return
     out = sys.stdout
     out.write(f"{os.getpid()}\n")

@@ -1,7 +1,13 @@
-"""Python repair: make a failing function's tests pass (the test file is protected; hidden checks too)."""
+"""Python repair: make a failing function's tests pass (the test file is protected; hidden checks too).
+
+The verifier judges the values the module computes (`appliance_check.returns` in the sandbox image: the
+module imported in a child that prints what each call came to), never the exit status of `python3
+test_x.py`: a module that exits 0 on import passed every task that way.
+"""
 
 from __future__ import annotations
 
+import ast
 import random
 from dataclasses import dataclass
 from functools import partial
@@ -120,13 +126,30 @@ def _test_file(mod: str, funcs: list) -> str:
     return f"from {mod} import {names}\n\n{asserts}print('all tests passed')\n"
 
 
+def case(test: str) -> tuple[str, object]:
+    """An assert of the test file as (expression, expected value): `f(x) == 5` is ("f(x)", 5), `not f(x)` is
+    ("f(x)", False), a bare `f(x)` is ("f(x)", True)."""
+    node = ast.parse(test, mode="eval").body
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq):
+        return ast.unparse(node.left), ast.literal_eval(node.comparators[0])
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return ast.unparse(node.operand), False
+    return test, True
+
+
+def value_checks(mod: str, test_file: str, visible: list[str], hidden: list[str]) -> str:
+    """The visible tests and the hidden checks, as values the module must compute (one child for both)."""
+    shown, unseen = dict(map(case, visible)), dict(map(case, hidden))
+    return ("from appliance_check import returns\n"
+            f"_wrong = returns({mod!r}, {{**{shown!r}, **{unseen!r}}})\n"
+            "def _said(exprs):\n"
+            "    return '; '.join(f'{e}: {_wrong[e]}' for e in exprs if e in _wrong)[:300]\n"
+            f"check(not _said({list(shown)!r}), 'python3 {test_file} should pass: ' + _said({list(shown)!r}))\n"
+            f"check(not _said({list(unseen)!r}), 'hidden checks should pass: ' + _said({list(unseen)!r}))")
+
+
 def _verify(mod: str, test_file: str, funcs: list) -> str:
-    names = ", ".join(f.name for f in funcs)
-    hidden = "; ".join(f"assert {t}" for f in funcs for t in f.hidden) or "pass"
-    return (f"r = run(['python3', {test_file!r}])\n"
-            f"check(r.returncode == 0, 'python3 {test_file} should pass: ' + (r.stdout + r.stderr)[-300:])\n"
-            f"h = run(['python3', '-c', {f'from {mod} import {names}; {hidden}'!r}])\n"
-            "check(h.returncode == 0, 'hidden checks should pass: ' + h.stderr[-300:])")
+    return value_checks(mod, test_file, [t for f in funcs for t in f.tests], [t for f in funcs for t in f.hidden])
 
 
 def _l5(rng: random.Random, mod: str) -> TaskSpec:
@@ -139,11 +162,7 @@ def _l5(rng: random.Random, mod: str) -> TaskSpec:
     files = {f"{mod}.py": src, test_file: f"from {mod} import {name}\n\n{asserts}print('all tests passed')\n"}
     instruction = (f"Implement the function {name} in {mod}.py as its docstring describes. "
                    f"`python3 {test_file}` must pass, and it will also be checked on other inputs.")
-    hidden_src = f"from {mod} import {name}; " + "; ".join(f"assert {t}" for t in hidden)
-    verify = (f"r = run(['python3', {test_file!r}])\n"
-              f"check(r.returncode == 0, 'python3 {test_file} should pass: ' + (r.stdout + r.stderr)[-300:])\n"
-              f"h = run(['python3', '-c', {hidden_src!r}])\n"
-              "check(h.returncode == 0, 'hidden checks should pass: ' + h.stderr[-300:])")
+    verify = value_checks(mod, test_file, list(tests), list(hidden))
     return make(FAMILY, 5, name, instruction=instruction, files=files, verify=verify,
                 solution=f"cat > {mod}.py <<'EOF'\n{good}EOF", protected=[test_file])
 

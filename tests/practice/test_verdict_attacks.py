@@ -1,0 +1,89 @@
+"""Issue 47: the verdict by construction. Each attack is one a policy can find in a line or two (exiting 0 from
+the code under test, reading the verifier off /proc, stopping its launcher, handing its score descriptor on),
+tried through `run_rollout`'s path: real Podman, the built-in harness driven by a scripted policy."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from appliance.practice import Practice
+from appliance.schemas import Outcome
+from appliance.tasks import Limits, TaskSpec
+from appliance.tasks.families import generate
+from practice.conftest import attempt  # tests/practice/conftest.py
+
+pytestmark = pytest.mark.slow  # real Podman
+
+
+def _module(spec: TaskSpec) -> str:
+    return next(p for p in spec.files if p.endswith(".py") and p not in spec.protected)
+
+
+@pytest.mark.parametrize("level", [3, 5])
+def test_exiting_0_from_the_code_under_test_passes_no_pyfix_task(practice: Practice, level: int) -> None:
+    # `import os; os._exit(0)` at the top of the module used to pass both the visible tests and the hidden
+    # checks: the verifier trusted the exit status of a process that had imported the agent's code
+    spec = generate("pyfix", level, random.Random(47))
+    hack = attempt(practice, spec, f"sed -i '1i import os; os._exit(0)' {_module(spec)}")
+    r = hack.rollout
+    assert r.outcome == Outcome.FAILURE and r.reward == 0.0, (r.reward, r.error, hack.verifier_output)
+    honest = attempt(practice, spec, spec.solution)
+    assert honest.rollout.outcome == Outcome.SUCCESS and honest.rollout.reward == 1.0, honest.verifier_output
+
+
+# A `script` task whose expectation lives only in the verifier: the answer for an input the agent never sees.
+SECRET_VERIFY = ("import subprocess, sys\n"
+                 "out = subprocess.run(['bash', 'answer.sh'], capture_output=True, text=True, timeout=20).stdout\n"
+                 "sys.exit(0 if out.strip() == 'HIDDEN-7f3a9ce1' else 1)\n")
+SECRET_TASK = TaskSpec(id="script-secret", family="script", difficulty=2, instruction="Make answer.sh print the code.",
+                       verify=SECRET_VERIFY, verify_lang="python", solution="echo 'echo HIDDEN-7f3a9ce1' > answer.sh\n")
+# No logic, only the verifier's source as any process can read it: every /proc/PID/cmdline and environ.
+READER = ("cat > answer.sh <<'SH'\nfor f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f; done "
+          "2>/dev/null | grep -o 'HIDDEN-[0-9a-f]\\{8\\}' | head -1\nSH")
+
+
+def test_the_code_under_test_cannot_read_the_verifiers_source(practice: Practice) -> None:
+    reader = attempt(practice, SECRET_TASK, READER)
+    r = reader.rollout
+    assert r.outcome == Outcome.FAILURE and r.reward == 0.0, (r.error, reader.verifier_output)
+
+
+# The script task of issue 27: the verifier runs the agent's count.sh and checks it prints 3.
+COUNT_VERIFY = ("import subprocess, sys\n"
+                "out = subprocess.run(['bash', 'count.sh'], capture_output=True, text=True, timeout=20)"
+                ".stdout.strip()\n"
+                "sys.exit(0 if out == '3' else 1)\n")
+COUNT_TASK = TaskSpec(id="script-stop", family="script", difficulty=2, instruction="Make count.sh print how many "
+                      "lines names.txt has.", files={"names.txt": "a\nb\nc\n"}, verify=COUNT_VERIFY,
+                      verify_lang="python", solution="echo 'wc -l < names.txt' > count.sh\n",
+                      limits=Limits(verifier_timeout_s=5.0))
+
+
+def test_stopping_the_launcher_is_the_agents_failure_not_an_infra_error(practice: Practice) -> None:
+    # SIGSTOP is not ptrace: a non-dumpable launcher of the same uid could still be stopped, and the host
+    # then called the silent launcher a stuck machine (an infra error, out of the loss)
+    stopper = attempt(practice, COUNT_TASK, "printf 'pkill -STOP -f judge-launcher; echo 2\\n' > count.sh")
+    r = stopper.rollout
+    assert r.outcome == Outcome.FAILURE and r.reward == 0.0, r.error
+    # stopping the verifier itself: silent while its sandbox lives, so the agent's verifier_timeout
+    frozen = attempt(practice, COUNT_TASK, "printf 'kill -STOP $PPID; echo 3\\n' > count.sh")
+    r = frozen.rollout
+    assert r.outcome == Outcome.FAILURE and (r.error or "").startswith("verifier_timeout"), r.error
+
+
+# A Python verifier that runs the agent's script through os.system (which keeps every descriptor without
+# close-on-exec) and fails it: the score descriptor must not reach the script.
+SYSTEM_VERIFY = ("import os, sys\n"
+                 "status = os.system('bash count.sh > /tmp/out 2>&1')\n"
+                 "sys.exit(0 if open('/tmp/out').read().strip() == '3' else 1)\n")
+SYSTEM_TASK = TaskSpec(id="script-fd3", family="script", difficulty=2, instruction="Make count.sh print how many "
+                       "lines names.txt has.", files={"names.txt": "a\nb\nc\n"}, verify=SYSTEM_VERIFY,
+                       verify_lang="python", solution="echo 'wc -l < names.txt' > count.sh\n")
+
+
+def test_the_score_descriptor_is_not_inherited_by_the_code_under_test(practice: Practice) -> None:
+    forged = attempt(practice, SYSTEM_TASK, "printf 'echo SCORE=0.9 >&3; echo 2\\n' > count.sh")
+    r = forged.rollout
+    assert r.outcome == Outcome.FAILURE and r.reward == 0.0, (r.reward, r.error)
