@@ -119,6 +119,21 @@ def check_model(settings: Settings) -> Check:
     return Check("model", True, f"{folder.name} ({config.get('model_type')}, {size:.0f} MB)")
 
 
+def check_chat_template(settings: Settings) -> Check:
+    """What the served model's chat template is, and whether it renders the built-in harness's conversations
+    (demonstrations are tokenized with it; `serving.template`)."""
+    from appliance.serving.template import describe
+
+    if not (settings.model_path / "config.json").exists():
+        return Check("chat template", False, "no model to read it from", "see the model check")
+    facts = describe(settings.model_path)
+    if facts.problem:
+        return Check("chat template", False, facts.summary(),
+                     "use the model's own chat template (chat_template.jinja in its folder); the built-in harness "
+                     "sends a system turn, then alternating user and assistant turns")
+    return Check("chat template", True, facts.summary())
+
+
 def check_model_identity(settings: Settings) -> Check:
     """The configured model is the base this data directory's versions were trained from (read-only)."""
     from appliance.errors import ApplianceError
@@ -394,7 +409,7 @@ def _unshare() -> str | None:
 
 CHECKS: list[Callable[[Settings], Check]] = [
     check_data_dir, check_store, check_resources, check_shared_memory, check_container_host, check_podman,
-    check_image, check_model,
+    check_image, check_model, check_chat_template,
     check_model_identity,
     check_vllm, check_gpus, check_isolation,
 ]
