@@ -74,7 +74,12 @@ class EngineSettings(Section):
     gpu_memory_utilization: float = Field(0.45, gt=0, le=1, description="Share of GPU memory for serving (GPU only).")
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs the engine shards the model across.")
     cpu_kvcache_gib: int = Field(1, ge=1, description="KV cache size on the CPU build (VLLM_CPU_KVCACHE_SPACE).")
-    startup_timeout_s: float = Field(300.0, gt=0, description="Seconds to wait for the engine to become healthy.")
+    startup_timeout_s: float = Field(300.0, gt=0, description="Seconds to wait for the engine to become healthy (the "
+                                     "gpu profile waits longer: a cold start compiles the model's CUDA graphs, LoRA's "
+                                     "included).")
+    weights_timeout_s: float = Field(
+        900.0, gt=0, description="Longest wait for one sleep, wake-up, weight reload or adapter load of the engine "
+        "(each moves the whole model's weights: minutes for a large one); its other calls wait 120 s.")
     max_lora_rank: int = Field(64, ge=1, description="Largest LoRA rank the engine accepts (vLLM --max-lora-rank).")
     tool_call_parser: str = Field(
         "auto", min_length=1,
@@ -300,7 +305,10 @@ PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
         # argmax flips only at float32 top-2 margins <= 0.12. Tolerance = 2 x the largest delta seen; 5 %
         # weight noise needs >= 0.5. bfloat16 vLLM on a GPU has other kernels: a GPU check must confirm it
         # (serving/canary.py says how).
-        "engine": {"dtype": "bfloat16", "enforce_eager": False, "enable_sleep_mode": True, "canary_tolerance": 0.3},
+        # startup: vLLM compiles the model and captures CUDA graphs, the LoRA ones too, on a cold cache; 300 s
+        # was tight for that on one GPU
+        "engine": {"dtype": "bfloat16", "enforce_eager": False, "enable_sleep_mode": True, "canary_tolerance": 0.3,
+                   "startup_timeout_s": 1200.0},
         "sandbox": {"max_concurrent": 32},
         # one trainer process per GPU while serving sleeps (the engine spans them with tensor_parallel_size)
         "training": {"dtype": "bfloat16", "gradient_checkpointing": True, "processes": 0},

@@ -22,8 +22,9 @@ input/output embeddings (SmolLM2): vLLM 0.32's in-place reload leaves the tied l
 "ParallelLMHead: Failed to load weights" and the canary catches it), so those restart the server on the
 new folder instead.
 
-A supervisor thread restarts a server that died or hangs (the error is recorded as an event); requests
-in flight at that moment fail, and the proxy records them as infra errors.
+A supervisor thread (supervisor.py) restarts a server that died or hangs (the error is recorded as an
+event); requests in flight at that moment fail, and the proxy records them as infra errors. A server that
+dies while the engine sleeps is started again when it is next needed, by `resume` or the sync.
 """
 
 from __future__ import annotations
@@ -36,14 +37,16 @@ from pathlib import Path
 import httpx
 
 from appliance.config import Settings
-from appliance.errors import ApplianceError, EngineError, StoreError
+from appliance.errors import ApplianceError, EngineError
 from appliance.lineage import check_base
 from appliance.schemas import EngineState, Event
 from appliance.serving import process
 from appliance.serving.canary import Canary, compare, reference
+from appliance.serving.supervisor import supervise
 from appliance.serving.weights import Weights, WeightsKind, ties_embeddings
 from appliance.store import Store
 
+WEIGHTS_PATHS = ("/sleep", "/wake_up", "/collective_rpc", "/v1/load_lora_adapter")
 CANARY_TEXT = "The appliance canary: count the planets of the solar system, then name the largest."
 
 
@@ -67,6 +70,7 @@ class Engine:
         self._canary_expected: Canary | None = None
         _, self.policy_version, _ = store.engine_state()
         self._http = httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(120.0, connect=5.0))
+        self._weights_timeout = httpx.Timeout(settings.engine.weights_timeout_s, connect=5.0)
 
     # --- what the proxy reads -------------------------------------------------------------------
     @property
@@ -122,7 +126,8 @@ class Engine:
             self._set(EngineState.SERVING, policy_version=self.policy_version, weights=self._weights.to_json())
             self._stopping.clear()
             if self._supervisor is None or not self._supervisor.is_alive():
-                self._supervisor = threading.Thread(target=self._supervise, name="engine-supervisor", daemon=True)
+                self._supervisor = threading.Thread(target=supervise, args=(self,), name="engine-supervisor",
+                                                    daemon=True)
                 self._supervisor.start()
 
     def stop(self) -> None:
@@ -157,61 +162,6 @@ class Engine:
         # that later wakes are checked against
         self._canary_expected = self._canary()
 
-    def _supervise(self) -> None:
-        """Restart a server that died, stopped answering or hangs; record why.
-
-        vLLM's /health only reads a flag: a hung EngineCore leaves it at 200 while every request waits for
-        ever, so `process.probe` generates one token. The checks run without `_op` (a hanging probe never
-        holds up a sync or a stop); the restart takes `_op` and skips when the process changed meanwhile.
-        """
-        failures, probed = 0, time.monotonic()
-        while not self._stopping.wait(2.0):
-            proc, why = self._proc, None
-            if proc is None:
-                continue
-            if proc.poll() is not None:
-                why = "the engine process died"
-            elif self._state == EngineState.SERVING:
-                try:
-                    ok = self._http.get("/health", timeout=5).status_code == 200
-                except httpx.HTTPError:
-                    ok = False
-                failures = 0 if ok else failures + 1
-                if failures >= 3:
-                    why = "the engine stopped answering /health"
-                elif time.monotonic() - probed >= process.PROBE_S:
-                    probed = time.monotonic()
-                    try:
-                        why = process.probe(self._http, self.settings, self.canary_prompt()[:1])
-                    except (ApplianceError, httpx.HTTPError):
-                        pass  # no prompt (the engine is restarting under us): the other checks decide
-            elif self._state == EngineState.FAILED:
-                why = "the engine failed"
-            if why is None or not self._op.acquire(blocking=False):
-                continue  # a sync or restart is running and watches the process itself
-            try:
-                if not self._stopping.is_set() and self._proc is proc:
-                    failures, probed = 0, time.monotonic()
-                    self._restart(why)
-            except StoreError:  # the store cannot record it (disk full, locked): the thread must live on
-                pass
-            finally:
-                self._op.release()
-
-    def _restart(self, why: str) -> None:
-        code = self._proc.poll() if self._proc else None
-        message = f"{why} (exit code {code}); restarting it" if code is not None else f"{why}; restarting it"
-        self.store.add_event(Event("error", message, data={"component": "engine", "log": str(self.log_path)}))
-        if self._state != EngineState.FAILED:
-            self._set(EngineState.FAILED, error=message)
-        self._set(EngineState.STARTING)
-        try:
-            self._launch()
-        except ApplianceError as e:
-            self._set(EngineState.FAILED, error=e.message)
-            return
-        self._set(EngineState.SERVING, policy_version=self.policy_version, weights=self._weights.to_json())
-
     # --- time-slicing with training ---------------------------------------------------------------
     def pause_for_training(self) -> None:
         """SERVING -> DRAINING -> SLEEPING: wait for in-flight calls, then free the accelerator."""
@@ -242,21 +192,32 @@ class Engine:
             self._set(EngineState.SLEEPING)
 
     def resume(self) -> None:
-        """SLEEPING -> WAKING -> CANARY -> SERVING with unchanged weights."""
+        """SLEEPING -> WAKING -> CANARY -> SERVING with unchanged weights.
+
+        Any failure leaves the engine FAILED, which the supervisor restarts from the weights on disk: WAKING
+        and CANARY admit nothing, and nothing else would ever leave them."""
         with self._op:
             self._require(EngineState.SLEEPING, "resume")
             self._set(EngineState.WAKING)
-            if self._sleep_mode:
-                self._post("/wake_up")
-                if self._weights_discarded:
-                    self._reload_full(self._weights.full)
-            self._set(EngineState.CANARY)
-            got = self._canary()
-            verdict = compare(got, self._canary_expected or Canary([]), self._canary_tolerance)
-            if not verdict:
-                message = f"canary after wake-up: {verdict.detail}"
-                self._set(EngineState.FAILED, error=message)  # the supervisor restarts from disk
-                raise EngineError(message, "the engine restarts itself; read the engine log if this repeats")
+            try:
+                if not self._alive:
+                    # a fresh server is awake with its weights loaded: nothing to wake
+                    self._launch_after_death("while the engine slept", "the same weights")
+                elif self._sleep_mode:
+                    self._post("/wake_up")
+                    if self._weights_discarded:
+                        self._reload_full(self._weights.full)
+                self._set(EngineState.CANARY)
+                verdict = compare(self._canary(), self._canary_expected or Canary([]), self._canary_tolerance)
+                if not verdict:
+                    raise EngineError(f"canary after wake-up: {verdict.detail}",
+                                      "the engine restarts itself; read the engine log if this repeats")
+            except (ApplianceError, httpx.HTTPError) as e:
+                message = e.message if isinstance(e, ApplianceError) else f"wake-up failed: {e}"
+                self._set(EngineState.FAILED, error=message)
+                if isinstance(e, EngineError):
+                    raise
+                raise EngineError(message, f"the engine restarts itself; read {self.log_path}") from e
             self._set(EngineState.SERVING)
 
     def load_weights(self, path: Path | str, kind: WeightsKind, *, expected: Canary | None = None) -> int:
@@ -279,8 +240,9 @@ class Engine:
             else:
                 new = Weights(path)
             self._set(EngineState.SYNCING)
+            asleep = self._alive  # else it died asleep: _apply starts a server on the new weights, awake
             try:
-                if self._sleep_mode:
+                if self._sleep_mode and asleep:
                     self._post("/wake_up", params={"tags": "weights"})
                     if self._weights_discarded and kind == "lora":
                         self._reload_full(previous.full)  # the adapter needs its base back in place
@@ -289,7 +251,7 @@ class Engine:
                     expected = self.reference_canary(new)
                 self._apply(new, previous)
                 self._set(EngineState.WAKING)
-                if self._sleep_mode:
+                if self._sleep_mode and asleep:
                     self._post("/wake_up", params={"tags": "kv_cache"})
                 self._set(EngineState.CANARY)
                 verdict = compare(self._canary(), expected, self._canary_tolerance)
@@ -321,17 +283,28 @@ class Engine:
 
     def _apply(self, new: Weights, previous: Weights) -> None:
         self._weights = new
-        if new.lora is not None:
+        if not self._alive:  # the supervisor leaves a sleeping or syncing engine alone
+            # a server started on the new weights loads them all (and the adapter)
+            self._launch_after_death("during the weight sync or the sleep before it", "the new weights")
+        elif new.lora is not None:
             if new.full != previous.full:
                 self._reload_full(new.full)
             self._load_adapter(new.adapter_name, new.lora)
-        elif ties_embeddings(new.full) or self._proc is None or self._proc.poll() is not None:
-            if self._proc is not None and self._proc.poll() is not None:  # the supervisor leaves a sync alone
-                self.store.add_event(Event("error", "the engine process died during the weight sync; starting it "
-                                           "on the new weights", data={"component": "engine"}))
+        elif ties_embeddings(new.full):
             self._launch()
         else:
             self._reload_full(new.full)
+
+    @property
+    def _alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def _launch_after_death(self, when: str, what: str) -> None:
+        """Start the server that died while the engine slept (or during the sync), on `self._weights`."""
+        code = self._proc.poll() if self._proc is not None else None
+        self.store.add_event(Event("error", f"the engine process died {when} (exit code {code}); starting it on "
+                                   f"{what}", data={"component": "engine", "log": str(self.log_path)}))
+        self._launch()
 
     def _roll_back(self, previous: Weights, previous_expected: Canary | None, error: object) -> None:
         message = error.message if isinstance(error, ApplianceError) else str(error)
@@ -379,7 +352,9 @@ class Engine:
         return self.settings.engine.sleep_level == 2
 
     def _post(self, path: str, *, json_body: dict | None = None, params: dict | None = None) -> httpx.Response:
-        r = self._http.post(path, json=json_body, params=params)
+        # moving the weights (sleep, wake, reload, an adapter) takes minutes on a large model: its own bound
+        timeout = self._weights_timeout if path in WEIGHTS_PATHS else httpx.USE_CLIENT_DEFAULT
+        r = self._http.post(path, json=json_body, params=params, timeout=timeout)
         if r.status_code >= 400:
             raise EngineError(f"engine {path} answered {r.status_code}: {r.text[:500]}",
                               f"read {self.log_path}")

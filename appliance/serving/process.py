@@ -6,6 +6,7 @@ that vLLM spawns; its output goes to a log file under `$APPLIANCE_HOME/logs`.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -49,7 +50,13 @@ def command(settings: Settings, weights: Path, tokenizer: Path) -> list[str]:
         cmd += ["--gpu-memory-utilization", str(e.gpu_memory_utilization),
                 "--tensor-parallel-size", str(e.tensor_parallel_size)]
         if e.enable_sleep_mode:
-            cmd.append("--enable-sleep-mode")
+            # without the second flag vLLM 0.32's sleep keeps the CUDA-graph pool on the GPU, out of the
+            # trainer's reach; with it the graphs go to host memory and come back in place on wake
+            cmd += ["--enable-sleep-mode", "--sleep-mode-offload-cudagraph"]
+        if e.tensor_parallel_size > 1:
+            # the FlashInfer all-reduce + RMSNorm fusion (on by default at TP > 1 on Hopper/Blackwell) compiles
+            # its kernels at start with nvcc, which the image lacks
+            cmd += ["--compilation-config", json.dumps({"pass_config": {"fuse_allreduce_rms": False}})]
     return cmd
 
 
@@ -68,6 +75,11 @@ def environment(settings: Settings) -> dict[str, str]:
         "TRANSFORMERS_OFFLINE": "1",
         "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": str(ENGINE_KEEPALIVE_S),
     })
+    if settings.profile == "gpu":
+        # FlashInfer's sampler JIT-compiles with nvcc, which the image lacks; vLLM's own torch sampler does not.
+        # VLLM_USE_V2_MODEL_RUNNER, copied from our environment with the rest, is the documented fallback
+        # should vLLM's Model Runner V2 (its CUDA default) misbehave: set it to 0 (docs/DEPLOYMENT.md)
+        env.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
     if settings.profile == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(settings.engine.cpu_kvcache_gib)
         env.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"{cpus[0]}-{cpus[-1]}")

@@ -73,12 +73,12 @@ def detect(weights: Path, tokenizer: Path) -> tuple[str | None, str]:
             return parser, f"the chat template writes {mark}"
     config = _json(weights / "config.json") or _json(tokenizer / "config.json")
     family = str(config.get("model_type") or "")
-    parser = FAMILIES.get(family)
-    if parser == "llama3_json" and not _has_token(tokenizer, LLAMA3_TOKEN):
+    by_family = FAMILIES.get(family)
+    if by_family == "llama3_json" and not _has_token(tokenizer, LLAMA3_TOKEN):
         return None, f"a {family} model without Llama 3's {LLAMA3_TOKEN} token and a template that shows no " \
                      "tool-call form"
-    if parser is not None:
-        return parser, f"the model is {family} ({', '.join(config.get('architectures') or []) or 'config.json'})"
+    if by_family is not None:
+        return by_family, f"the model is {family} ({', '.join(config.get('architectures') or []) or 'config.json'})"
     if not template:
         return None, f"no chat template in {tokenizer} and model_type {family or 'unknown'}"
     return None, f"the chat template shows no tool-call form known here and model_type {family or 'unknown'} " \

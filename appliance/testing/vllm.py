@@ -15,7 +15,8 @@ The canary a weights state answers is a function of what is loaded (full folder,
 `noise` nats added to each log-probability, as bfloat16 serving moves them against a float32 reference
 (and `adapter_noise` more while an adapter serves);
 `reference(weights)` is the trainer's side, without noise. `calls` lists every request as
-"METHOD /path?query" for the tests to compare with the order the engine must keep.
+"METHOD /path?query" for the tests to compare with the order the engine must keep, and `timeouts` the
+read timeout each route was last called with.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class ScriptedVLLM:
         self.canary_tokens, self.noise, self.vocab, self.served_name = canary_tokens, noise, vocab, served_name
         self.adapter_noise = 0.0  # more drift while an adapter serves (bf16 LoRA kernels): beyond a tolerance
         self.calls: list[str] = []
+        self.timeouts: dict[str, float | None] = {}  # path -> the read timeout its latest request carried
         self.launches: list[Path] = []
         self.fail: dict[str, str] = {}  # path -> error text: that route answers 500 (one-shot)
         self.proc: FakeProcess | None = None
@@ -98,6 +100,7 @@ class ScriptedVLLM:
     def handle(self, request: httpx.Request) -> httpx.Response:
         path, query = request.url.path, dict(request.url.params)
         self.calls.append(f"{request.method} {path}" + (f"?{request.url.query.decode()}" if query else ""))
+        self.timeouts[path] = (request.extensions.get("timeout") or {}).get("read")
         body = json.loads(request.content) if request.content else {}
         if self.proc is None or self.proc.poll() is not None:
             raise httpx.ConnectError("the scripted vLLM is not running", request=request)

@@ -5,14 +5,15 @@ order of calls and the state machine are proven here, so that device time only c
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
-from appliance.config import Settings
+from appliance.config import Settings, load_settings
 from appliance.errors import EngineError
 from appliance.schemas import EngineState
-from appliance.serving import Engine, process
+from appliance.serving import Engine, process, supervisor
 from appliance.store import Store
 from appliance.testing.vllm import ScriptedVLLM
 
@@ -51,6 +52,7 @@ def gpu(settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lev
     monkeypatch.setattr(process, "launch", vllm.launch)
     monkeypatch.setattr(process, "wait_healthy", vllm.wait_healthy)
     monkeypatch.setattr(process, "kill", vllm.kill)
+    monkeypatch.setattr(supervisor, "CHECK_S", 0.05)  # the supervisor looks often: what it would do, it does now
     store = Store(settings.db_path)
     engine = Engine(settings, store)
     engine._http = vllm.client(engine.base_url)
@@ -75,6 +77,28 @@ def test_launch_command_on_the_gpu_profile(settings: Settings) -> None:
     assert cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.85"
     env = process.environment(settings)
     assert env["VLLM_SERVER_DEV_MODE"] == "1"  # /sleep, /wake_up and /collective_rpc are dev-mode routes
+
+
+def test_the_gpu_launch_frees_the_graph_pool_at_sleep_and_compiles_nothing_with_nvcc(
+        settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 46: sleep kept the CUDA-graph pool; FlashInfer's sampler and the TP>1 all-reduce fusion JIT-compile
+    with nvcc, which the image lacks; Model Runner V2's fallback switch reaches the engine."""
+    settings.profile, settings.engine.enable_sleep_mode, settings.engine.tensor_parallel_size = "gpu", True, 2
+    cmd = process.command(settings, Path("/w"), Path("/t"))
+    assert "--sleep-mode-offload-cudagraph" in cmd  # vLLM 0.32's flag (vllm serve --help)
+    assert json.loads(cmd[cmd.index("--compilation-config") + 1]) == {"pass_config": {"fuse_allreduce_rms": False}}
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
+    env = process.environment(settings)
+    assert env["VLLM_USE_FLASHINFER_SAMPLER"] == "0" and env["VLLM_USE_V2_MODEL_RUNNER"] == "0"
+    settings.engine.tensor_parallel_size = 1  # no all-reduce to fuse
+    assert "--compilation-config" not in process.command(settings, Path("/w"), Path("/t"))
+    settings.profile = "cpu"  # the CPU build has no sleep mode and no FlashInfer
+    assert "VLLM_USE_FLASHINFER_SAMPLER" not in process.environment(settings)
+
+
+def test_the_gpu_profile_waits_longer_for_a_cold_start(home: Path) -> None:
+    gpu = load_settings(environ={"APPLIANCE_HOME": str(home), "APPLIANCE_PROFILE": "gpu"})
+    assert gpu.engine.startup_timeout_s >= 1200  # compiling CUDA graphs, LoRA's too, took 300 s and more
 
 
 def test_pause_sleeps_and_resume_wakes_at_the_level(gpu, level: int) -> None:
@@ -165,3 +189,78 @@ def test_a_failed_sleep_leaves_the_engine_failed_not_draining(gpu) -> None:
         engine.pause_for_training()
     assert engine.state == EngineState.FAILED  # what the supervisor restarts from disk
     assert any("sleep failed" in (e.message + json.dumps(e.data)) for e in engine.store.events())
+
+
+# --- the lifecycle's failures (issue 46, item 5) ------------------------------------------------------
+
+def events_like(engine: Engine, text: str, timeout_s: float = 5.0) -> list[str]:
+    """The events whose message holds `text`, waiting up to `timeout_s` for the first."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = [e.message for e in engine.store.events() if text in e.message]
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.02)
+
+
+def test_a_failed_wake_up_fails_the_engine_and_it_is_relaunched(gpu) -> None:
+    engine, vllm = gpu
+    engine.pause_for_training()
+    vllm.fail["/wake_up"] = "CUDA error: an illegal memory access was encountered"
+    with pytest.raises(EngineError, match="/wake_up answered 500"):
+        engine.resume()
+    assert engine.state == EngineState.FAILED  # it stayed WAKING, which nothing leaves
+    assert engine.wait_serving(10) and len(vllm.launches) == 2  # the supervisor started it again
+    assert engine.try_admit()
+    engine.release()
+
+
+def test_a_canary_that_cannot_run_after_a_wake_fails_the_engine(gpu) -> None:
+    engine, vllm = gpu
+    engine.pause_for_training()
+    vllm.fail["/v1/completions"] = "the engine core died"
+    with pytest.raises(EngineError, match="completions answered 500"):
+        engine.resume()
+    assert engine.state == EngineState.FAILED  # not CANARY for good
+    assert engine.wait_serving(10)
+
+
+@pytest.mark.parametrize("then", ["resume", "lora", "full"])
+def test_an_engine_that_dies_asleep_is_started_when_next_needed_not_on_the_trainers_gpus(
+        gpu, tmp_path: Path, then: str) -> None:
+    engine, vllm = gpu
+    engine.pause_for_training()
+    vllm.proc.die()
+    noted = events_like(engine, "died while the engine was sleeping")
+    time.sleep(0.2)  # several more looks by the supervisor
+    assert len(vllm.launches) == 1 and engine.state == EngineState.SLEEPING  # the trainer has the GPUs
+    assert len(noted) == 1, "the supervisor should say once why it leaves the engine down"
+    if then == "resume":
+        engine.resume()
+        assert vllm.launches[-1] == engine.model_path and engine.policy_version == 0
+    elif then == "lora":
+        adapter = tmp_path / "adapter"
+        adapter.mkdir()
+        assert engine.load_weights(adapter, "lora") == 1
+        assert vllm.launches[-1] == engine.model_path and vllm.adapters == {"policy-v1": adapter}
+    else:
+        folder = model_folder(tmp_path / "v1")
+        assert engine.load_weights(folder, "full") == 1
+        assert vllm.launches[-1] == folder
+    assert len(vllm.launches) == 2 and engine.state == EngineState.SERVING and not any(vllm.sleeping.values())
+    assert events_like(engine, "starting it on")
+
+
+def test_moving_the_weights_has_its_own_longer_bound(gpu, tmp_path: Path) -> None:
+    """The client's 120 s also bounded sleep, wake-up and reload, which move the whole model (minutes)."""
+    engine, vllm = gpu
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    engine.pause_for_training()
+    engine.load_weights(model_folder(tmp_path / "v1"), "full")
+    engine.pause_for_training()
+    engine.load_weights(adapter, "lora")
+    for path in ("/sleep", "/wake_up", "/collective_rpc", "/v1/load_lora_adapter"):
+        assert vllm.timeouts[path] >= 600, (path, vllm.timeouts)
+        assert vllm.timeouts[path] == engine.settings.engine.weights_timeout_s
+    assert vllm.timeouts["/v1/completions"] == engine._http.timeout.read  # a generation keeps the client's bound
