@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from appliance import scheduler
 from appliance.config import Settings
+from appliance.errors import ApplianceError
 from appliance.evaluate import learning_curve
 from appliance.loop import Loop
 from appliance.practice import Practice
@@ -54,6 +55,7 @@ def engine_and_proxy(settings: Settings, store: Store, log: Callable[[str], None
     server = None
     try:
         log(f"starting the engine on {engine.base_url} ({settings.model_path.name}, profile {settings.profile})")
+        log(template_line(settings))
         engine.start()
         server = ProxyServer(create_app(store, engine, settings), settings, port=port).start()
         log(f"proxy on {server.url}")
@@ -64,11 +66,24 @@ def engine_and_proxy(settings: Settings, store: Store, log: Callable[[str], None
         engine.stop()
 
 
+def template_line(settings: Settings) -> str:
+    """What the served model's chat template is (`serving.template.describe`), for the start-up log."""
+    from appliance.serving.template import describe
+
+    facts = describe(settings.model_path)
+    if facts.problem:  # the engine may still serve; demonstrations of this template would all be lost
+        return f"warning: {facts.summary()}; no demonstration can be made with it (`appliance doctor` says more)"
+    return facts.summary()
+
+
 @contextmanager
 def services(settings: Settings, store: Store, log: Callable[[str], None] = print) -> Iterator[Services]:
     """Engine, proxy and sandbox pool, for the loop or one debug rollout; stopped and swept on the way out."""
-    from appliance.sandbox import SandboxPool, sweep
+    from appliance.sandbox import SandboxPool, image_exists, image_ref, sweep
 
+    if not image_exists(settings):  # else every validation and rollout is an infra error and the run learns nothing
+        raise ApplianceError(f"the sandbox image {image_ref(settings)} is not built",
+                             "run `appliance init` (or scripts/setup): it builds the image this version needs")
     pool = SandboxPool(settings)  # removes what a killed appliance left behind
     try:
         with engine_and_proxy(settings, store, log) as (engine, server):

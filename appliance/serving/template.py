@@ -163,7 +163,7 @@ def describe(model_path: Path) -> TemplateFacts:
         template = ChatTemplate(model_path)
     except ApplianceError as e:
         return TemplateFacts(source, "unknown", False, None, [], e.message)
-    except (OSError, ValueError) as e:  # no tokenizer at all
+    except Exception as e:  # noqa: BLE001 - no tokenizer, or one transformers cannot read: said, never raised
         return TemplateFacts(source, "unknown", False, None, [], f"the tokenizer does not load: {e}")
     text = str(template.tok.chat_template)
     family = next((name for marker, name in TURN_MARKERS if marker in text), "unknown")
