@@ -238,6 +238,23 @@ def replace_members(data: bytes, contents: Mapping[str, bytes]) -> bytes:
     return _closed(dst, out)
 
 
+def substitute(data: bytes, contents: Mapping[str, bytes]) -> bytes:
+    """The archive with the members named in `contents`, of whatever kind (a link included), replaced by
+    regular files (mode 0644) holding that data."""
+    out = io.BytesIO()
+    dst = tarfile.open(fileobj=out, mode="w")
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as src:
+        for m in src:
+            name = _norm(m.name)
+            if name in contents:
+                regular = tarfile.TarInfo(m.name)
+                regular.size, regular.mode, regular.mtime = len(contents[name]), 0o644, m.mtime
+                dst.addfile(regular, io.BytesIO(contents[name]))
+            else:
+                dst.addfile(m, src.extractfile(m) if m.isreg() else None)
+    return _closed(dst, out)
+
+
 def without(data: bytes, paths: list[str]) -> bytes:
     """The archive minus `paths` and everything under them."""
     out = io.BytesIO()

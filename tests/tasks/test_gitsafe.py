@@ -99,3 +99,35 @@ def test_a_planted_git_program_never_runs_in_the_verifier(sandbox_settings: Sett
         assert made.exit_code == 0, made.stderr  # the planted program does run in the agent's own sandbox
     verdict = verify_workspace(sandbox_settings, spec, ws, archive=sb.copied_out)
     assert not verdict.passed and verdict.error is None, verdict.output
+
+
+# Issue 47: layouts that hid the configuration from the sanitizer, each with a planted clean filter that runs
+# on `git diff`; the program must not run in the verifier, and the layout is recorded as tampering.
+FILTER = "git config filter.x.clean /workspace/evil.sh && echo '*.txt filter=x' > .gitattributes"
+LAYOUTS = {
+    "config-symlink": (f"{FILTER} && mv .git/config .git/cfg && ln -s cfg .git/config", "repo/.git/config ("),
+    "head-symlink": (f"{FILTER} && ln -sf refs/heads/main .git/HEAD", "repo/.git/HEAD ("),
+    "commondir": (f"{FILTER} && mkdir ../common && mv .git/config .git/objects .git/refs ../common/ && "
+                  "echo ../../common > .git/commondir", "repo/.git/commondir ("),
+    # tar stores the newer name of two hard links first: the config becomes a link member to it
+    "config-hardlink": (f"{FILTER} && ln .git/config .git/zz", "repo/.git/config ("),
+}
+
+
+@pytest.mark.slow  # real Podman
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_a_git_layout_that_hides_the_configuration_is_tampering(sandbox_settings: Settings, tmp_path: Path,
+                                                                layout: str) -> None:
+    from appliance.sandbox import Sandbox
+
+    configure, recorded = LAYOUTS[layout]
+    spec = TaskSpec(id=f"git-{layout}", family="git", difficulty=3, instruction="x", verify_lang="python",
+                    verify=VERIFY.replace("ARGS", repr(["diff"])), solution="true\n")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with Sandbox.start(sandbox_settings, workspace=ws) as sb:
+        made = sb.exec(REPO + f"{configure}\ngit diff >/dev/null 2>&1; test -e /tmp/pwned")
+        assert made.exit_code == 0, made.stderr  # the planted program does run in the agent's own sandbox
+    verdict = verify_workspace(sandbox_settings, spec, ws, archive=sb.copied_out)
+    assert not verdict.passed and verdict.error is None, verdict.output
+    assert any(t.startswith(recorded) for t in verdict.tampered), verdict.tampered
