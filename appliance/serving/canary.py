@@ -17,6 +17,14 @@ closer than that the argmax flips and every sync would roll back. So the compari
     own choice, and the engine's log-probability of it is within `tolerance` of the reference's; after a
     flip the two continuations have different contexts, so nothing later is compared.
 
+The comparison after a sync is differential. bfloat16 logits and bfloat16 LoRA kernels can move every
+token's log-probability the same way on a GPU, past any fixed tolerance, and then every sync would be
+rolled back while the run looked healthy. So the engine measures its offset from the reference once, on
+weights both sides hold alike (what it serves when it starts: `Offset`, engine minus reference, its
+mean and its spread), and a sync is judged by how far the new canary strays beyond that offset: each
+token's delta less the mean offset, within `tolerance` plus the spread measured at the base. A real
+divergence (other weights) still moves the tokens themselves, or their log-probabilities by nats.
+
 Wrong weights (a stale tied lm_head, an adapter that did not load, another model) move the canary
 tokens' log-probabilities by nats; bfloat16 moved SmolLM2-135M's by 0.02 on average and 0.15 at most
 (scripts/canary_tolerance.py, CPU), and Gaussian noise of 5 % of each weight tensor's spread already
@@ -37,6 +45,7 @@ from typing import Any
 
 from appliance.config import Settings
 from appliance.errors import EngineError
+from appliance.schemas import Event
 from appliance.serving import process
 
 
@@ -94,9 +103,48 @@ class Verdict:
     def __bool__(self) -> bool:
         return self.ok
 
+    def evidence(self, tolerance: float, offset: Offset | None) -> Event:
+        """The info event of a sync that passed by distance: what keeps the gpu profile's tolerance honest."""
+        removed = f", the engine's offset {offset.describe()} removed" if offset else ""
+        return Event("info", f"canary within {tolerance} nats: max |delta logprob| {self.max_abs_delta:.4f} over "
+                     f"{self.compared} tokens{removed}" + (f"; {self.detail}" if self.detail else ""),
+                     data={"component": "engine", "max_abs_delta": self.max_abs_delta,
+                           "mean_abs_delta": self.mean_abs_delta, "offset": offset.mean if offset else 0.0})
 
-def compare(got: Canary, expected: Canary, tolerance: float) -> Verdict:
-    """Does the engine's canary `got` agree with `expected` within `tolerance` nats (0: exactly)?"""
+
+@dataclass(frozen=True)
+class Offset:
+    """How the engine's log-probabilities differ from the reference's on the same weights: the mean of
+    engine minus reference over the tokens both chose alike, and the largest distance from that mean."""
+
+    mean: float
+    spread: float
+    compared: int
+
+    @classmethod
+    def measure(cls, engine: Canary, reference: Canary) -> Offset | None:
+        """None when nothing can be measured: no log-probabilities, or the first tokens already differ."""
+        if not (engine.scored and reference.scored):
+            return None
+        deltas = []
+        for i, (g, e) in enumerate(zip(engine.ids, reference.ids)):
+            if g != e:
+                break  # later tokens continue different contexts
+            deltas.append(engine.logprobs[i] - reference.logprobs[i])
+        if not deltas:
+            return None
+        mean = sum(deltas) / len(deltas)
+        return cls(mean, max(abs(d - mean) for d in deltas), len(deltas))
+
+    def describe(self) -> str:
+        return f"{self.mean:+.4f} nats (spread {self.spread:.4f} over {self.compared} tokens)"
+
+
+def compare(got: Canary, expected: Canary, tolerance: float, offset: Offset | None = None) -> Verdict:
+    """Does the engine's canary `got` agree with `expected` within `tolerance` nats (0: exactly)?
+
+    With an `offset` (the engine's, measured at the base) each delta is taken less its mean, and the spread
+    measured there widens the tolerance; the reported deltas are the raw ones."""
     if tolerance <= 0 or not (got.scored and expected.scored):
         same = got.ids == expected.ids
         detail = "" if same else f"the engine generated {got.ids}, expected {expected.ids}"
@@ -106,6 +154,8 @@ def compare(got: Canary, expected: Canary, tolerance: float) -> Verdict:
     if len(got.ids) != len(expected.ids):
         return Verdict(False, 0, 0.0, 0.0, f"the engine generated {len(got.ids)} tokens, expected {len(expected.ids)}")
     deltas: list[float] = []
+    shift, allowed = (offset.mean, tolerance + offset.spread) if offset else (0.0, tolerance)
+    beyond = f" beyond the engine's offset {offset.describe()}" if offset else ""
 
     def verdict(ok: bool, detail: str) -> Verdict:
         return Verdict(ok, len(deltas), max(deltas, default=0.0), sum(deltas) / len(deltas) if deltas else 0.0,
@@ -115,9 +165,10 @@ def compare(got: Canary, expected: Canary, tolerance: float) -> Verdict:
         if g == e:
             delta = abs(got.logprobs[i] - expected.logprobs[i])
             deltas.append(delta)
-            if delta > tolerance:
+            if abs(got.logprobs[i] - shift - expected.logprobs[i]) > allowed:
                 return verdict(False, f"token {i} ({g}): log-probability {got.logprobs[i]:.4f} on the engine, "
-                                      f"{expected.logprobs[i]:.4f} expected (|delta| {delta:.4f} > {tolerance})")
+                                      f"{expected.logprobs[i]:.4f} expected (|delta| {delta:.4f}{beyond} > "
+                                      f"{allowed:.4g})")
             continue
         second, second_lp = expected.runner_up[i]
         margin = expected.logprobs[i] - second_lp
@@ -125,11 +176,11 @@ def compare(got: Canary, expected: Canary, tolerance: float) -> Verdict:
             return verdict(False, f"token {i}: the engine chose {g}, expected {e} (runner-up {second})")
         delta = abs(got.logprobs[i] - second_lp)
         deltas.append(delta)
-        if margin > tolerance or delta > tolerance:
+        if margin > allowed or abs(got.logprobs[i] - shift - second_lp) > allowed:
             return verdict(False, f"token {i}: the engine chose {g}, expected {e}; the expected top-2 margin "
-                                  f"{margin:.4f} and |delta logprob| {delta:.4f} must be <= {tolerance}")
+                                  f"{margin:.4f} and |delta logprob| {delta:.4f}{beyond} must be <= {allowed:.4g}")
         return verdict(True, f"near-tie at token {i}: the engine chose the runner-up {g} over {e} "
-                             f"(margin {margin:.4f} <= {tolerance}); later tokens not compared")
+                             f"(margin {margin:.4f} <= {allowed:.4g}); later tokens not compared")
     return verdict(True, "")
 
 

@@ -41,7 +41,7 @@ from appliance.errors import ApplianceError, EngineError
 from appliance.lineage import check_base
 from appliance.schemas import EngineState, Event
 from appliance.serving import process
-from appliance.serving.canary import Canary, compare, reference
+from appliance.serving.canary import Canary, Offset, compare, reference
 from appliance.serving.supervisor import supervise
 from appliance.serving.weights import Weights, WeightsKind, ties_embeddings
 from appliance.store import Store
@@ -68,6 +68,9 @@ class Engine:
         self._loaded_full: Path | None = None  # the full-weights folder the running server holds
         self._canary_prompt: list[int] | None = None
         self._canary_expected: Canary | None = None
+        self._baseline: tuple[Weights, Canary] | None = None  # the weights of the last launch and their canary
+        self._offset: Offset | None = None  # the engine's canary offset from the reference, measured once
+        self._offset_measured = False
         _, self.policy_version, _ = store.engine_state()
         self._http = httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(120.0, connect=5.0))
         self._weights_timeout = httpx.Timeout(settings.engine.weights_timeout_s, connect=5.0)
@@ -161,6 +164,7 @@ class Engine:
         # weights loaded from disk at start are what the file says: their output becomes the baseline
         # that later wakes are checked against
         self._canary_expected = self._canary()
+        self._baseline = (self._weights, self._canary_expected)
 
     # --- time-slicing with training ---------------------------------------------------------------
     def pause_for_training(self) -> None:
@@ -249,23 +253,21 @@ class Engine:
                 if expected is None:
                     # before the engine touches the files: an unreadable checkpoint must not reach it
                     expected = self.reference_canary(new)
+                offset = self._base_offset()
                 self._apply(new, previous)
                 self._set(EngineState.WAKING)
                 if self._sleep_mode and asleep:
                     self._post("/wake_up", params={"tags": "kv_cache"})
                 self._set(EngineState.CANARY)
-                verdict = compare(self._canary(), expected, self._canary_tolerance)
+                got = self._canary()
+                verdict = compare(got, expected, self._canary_tolerance, offset)
                 if not verdict:
                     raise EngineError(
                         f"canary mismatch after syncing {path} against the trainer's weights: {verdict.detail}",
                         "the engine is not serving the weights that were trained; the previous weights serve on",
                     )
                 if self._canary_tolerance > 0:  # the evidence that keeps the gpu profile's tolerance honest
-                    self.store.add_event(Event("info", f"canary within {self._canary_tolerance} nats: max |delta "
-                                               f"logprob| {verdict.max_abs_delta:.4f} over {verdict.compared} tokens"
-                                               + (f"; {verdict.detail}" if verdict.detail else ""),
-                                               data={"component": "engine", "max_abs_delta": verdict.max_abs_delta,
-                                                     "mean_abs_delta": verdict.mean_abs_delta}))
+                    self.store.add_event(verdict.evidence(self._canary_tolerance, offset))
             except ApplianceError as e:
                 self._roll_back(previous, previous_expected, e)
                 raise EngineError(f"weight sync of {path} failed: {e.message}", e.hint) from e
@@ -275,7 +277,7 @@ class Engine:
                                   f"the previous weights serve on; read {self.log_path}") from e
             if previous.adapter_name and previous.adapter_name != new.adapter_name:
                 self._unload_adapter(previous.adapter_name)
-            self._canary_expected = expected
+            self._canary_expected = got  # what a wake must reproduce: the engine's own output, same kernels
             self.store.add_policy_version(version, self.policy_version, kind, str(path))
             self.policy_version = version
             self._set(EngineState.SERVING, policy_version=version, weights=new.to_json())
@@ -337,6 +339,24 @@ class Engine:
             self._set(EngineState.FAILED, error=f"{message}; restoring the previous weights failed too: {e}")
             return
         self._set(EngineState.SERVING, error=message)
+
+    def _base_offset(self) -> Offset | None:
+        """The engine-minus-reference canary offset on the weights it was launched on (canary.py), measured at
+        the first sync that compares by distance (the gpu profile), then kept: same model, same kernels."""
+        if self._canary_tolerance <= 0 or self._baseline is None or self._offset_measured:
+            return self._offset
+        self._offset_measured = True
+        weights, served = self._baseline
+        try:
+            self._offset = Offset.measure(served, self.reference_canary(weights))
+        except ApplianceError as e:
+            self.store.add_event(Event("error", f"canary offset not measured, syncs compare without it: {e.message}",
+                                       data={"component": "engine"}))
+            return None
+        self.store.add_event(Event("info", "canary offset of the engine from the trainer's reference on the weights "
+                                   f"it started on: {self._offset.describe() if self._offset else 'none measurable'}",
+                                   data={"component": "engine", "offset": self._offset.mean if self._offset else 0.0}))
+        return self._offset
 
     def _weights_differ_on_engine(self, previous: Weights) -> bool:
         return self._loaded_full != previous.full

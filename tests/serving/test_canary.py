@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from appliance.config import load_settings
-from appliance.serving.canary import Canary, compare
+from appliance.serving.canary import Canary, Offset, compare
 
 # the trainer's float32 reference: token 7 at position 2 is a near-tie with token 9 (margin 0.01 nats)
 REFERENCE = Canary([5, 6, 7, 8], [-0.10, -0.50, -0.700, -0.20], [(1, -3.0), (2, -2.5), (9, -0.710), (3, -4.0)])
@@ -64,3 +64,35 @@ def test_canary_records_from_the_engine_and_the_reference() -> None:
     reference = {"ids": [5, 6], "logprobs": [-0.1, -0.5], "runner_up": [[1, -3.0], [2, -2.5]]}
     assert Canary.from_json(reference) == Canary.from_completion(choice)
     assert Canary.from_json([5, 6]) == Canary([5, 6])
+
+
+def shifted(canary: Canary, by: float) -> Canary:
+    return Canary(canary.ids, [lp + by for lp in canary.logprobs], [(t, lp + by) for t, lp in canary.runner_up])
+
+
+def test_the_offset_measured_at_the_base_is_taken_out_of_the_comparison() -> None:
+    """Issue 46: bf16 kernels moved every log-probability by more than the tolerance, so every sync was rolled
+    back; the offset the engine has from the reference on the same weights is not a divergence."""
+    base = Canary([4, 3, 2], [-0.3, -0.4, -0.5], [(1, -2.0), (1, -2.0), (1, -2.0)])
+    offset = Offset.measure(shifted(base, 0.5), base)
+    assert offset is not None and abs(offset.mean - 0.5) < 1e-9 and offset.spread < 1e-9 and offset.compared == 3
+    engine = shifted(REFERENCE, 0.5)  # the synced weights, served with the same offset
+    assert not compare(engine, REFERENCE, TOLERANCE)  # the fixed tolerance alone rolls it back
+    verdict = compare(engine, REFERENCE, TOLERANCE, offset)
+    assert verdict.ok, verdict.detail
+    assert abs(verdict.max_abs_delta - 0.5) < 1e-9  # the raw distance is still what is reported
+    # a real divergence on top of the offset still fails, and says so
+    drifted = Canary([5, 6, 7, 8], [-0.10, -1.30, -0.70, -0.20], [(1, -3.0), (2, -0.9), (9, -0.71), (3, -4.0)])
+    verdict = compare(shifted(drifted, 0.5), REFERENCE, TOLERANCE, offset)
+    assert not verdict and "token 1" in verdict.detail and "beyond the engine's offset +0.5000" in verdict.detail
+
+
+def test_the_base_spread_widens_the_tolerance_and_nothing_measurable_is_no_offset() -> None:
+    base = Canary([4, 3], [-0.3, -0.4], [(1, -2.0), (1, -2.0)])
+    noisy = Canary([4, 3], [-0.2, -0.5], [(1, -2.0), (1, -2.0)])  # +0.1 then -0.1: mean 0, spread 0.1
+    offset = Offset.measure(noisy, base)
+    assert offset is not None and abs(offset.mean) < 1e-9 and abs(offset.spread - 0.1) < 1e-9
+    engine = Canary(REFERENCE.ids, [-0.10, -0.50, -0.70, -0.32], REFERENCE.runner_up)  # 0.12 off at token 3
+    assert not compare(engine, REFERENCE, TOLERANCE) and compare(engine, REFERENCE, TOLERANCE, offset)
+    assert Offset.measure(Canary([9, 3]), base) is None  # no log-probabilities
+    assert Offset.measure(Canary([9, 3], [-0.1, -0.1], [(1, -2.0)] * 2), base) is None  # differs from token 0

@@ -40,7 +40,13 @@ def level(request: pytest.FixtureRequest) -> int:
 
 
 @pytest.fixture
-def gpu(settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, level: int):
+def noise() -> float:
+    """What bf16 serving adds to every canary log-probability against the float32 reference (within 0.3)."""
+    return 0.05
+
+
+@pytest.fixture
+def gpu(settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, level: int, noise: float):
     """(engine, scripted vLLM) on the gpu profile's engine settings, started and serving."""
     settings.profile = "gpu"
     settings.engine.enable_sleep_mode = True
@@ -48,7 +54,7 @@ def gpu(settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lev
     settings.engine.canary_tolerance = 0.3  # the gpu profile's
     settings.engine.dtype = "bfloat16"
     settings.engine.model = model_folder(tmp_path / "base")
-    vllm = ScriptedVLLM(canary_tokens=settings.engine.canary_tokens, noise=0.05)  # bf16's drift, within 0.3
+    vllm = ScriptedVLLM(canary_tokens=settings.engine.canary_tokens, noise=noise)
     monkeypatch.setattr(process, "launch", vllm.launch)
     monkeypatch.setattr(process, "wait_healthy", vllm.wait_healthy)
     monkeypatch.setattr(process, "kill", vllm.kill)
@@ -264,3 +270,37 @@ def test_moving_the_weights_has_its_own_longer_bound(gpu, tmp_path: Path) -> Non
         assert vllm.timeouts[path] >= 600, (path, vllm.timeouts)
         assert vllm.timeouts[path] == engine.settings.engine.weights_timeout_s
     assert vllm.timeouts["/v1/completions"] == engine._http.timeout.read  # a generation keeps the client's bound
+
+
+# --- the canary on bf16 (issue 46, item 4) -----------------------------------------------------------
+
+@pytest.mark.parametrize("noise", [0.5])
+def test_a_constant_offset_at_the_base_passes_every_sync_and_a_divergence_still_fails(gpu, tmp_path: Path) -> None:
+    """bf16 logits moved every canary token 0.5 nats from the float32 reference, on the base as after a
+    sync: the fixed 0.3 tolerance rolled back every sync. Judged against the offset measured at the base,
+    a sync that changes nothing else passes; other weights still fail."""
+    engine, vllm = gpu
+    adapters = [tmp_path / f"adapter{i}" for i in range(4)]
+    for a in adapters:
+        a.mkdir()
+    engine.pause_for_training()
+    assert engine.load_weights(adapters[0], "lora") == 1 and engine.state == EngineState.SERVING
+    [offset] = [e for e in engine.store.events() if e.message.startswith("canary offset")]
+    assert offset.data["offset"] == pytest.approx(0.5) and "+0.5000" in offset.message
+    [info] = [e for e in engine.store.events() if e.message.startswith("canary within")]
+    assert info.data["max_abs_delta"] == pytest.approx(0.5) and info.data["offset"] == pytest.approx(0.5)
+    engine.pause_for_training()
+    engine.resume()  # a wake compares the engine with its own output after the sync
+    engine.pause_for_training()
+    assert engine.load_weights(adapters[1], "lora") == 2  # measured once, used at every sync
+    assert len([e for e in engine.store.events() if e.message.startswith("canary offset")]) == 1
+    engine.pause_for_training()
+    other = vllm.canary_for(engine.model_path, tmp_path / "other", 0.0)  # the trainer trained something else
+    with pytest.raises(EngineError, match="canary mismatch"):
+        engine.load_weights(adapters[2], "lora", expected=other)
+    assert engine.policy_version == 2 and engine.state == EngineState.SERVING and engine.model_name() == "policy-v2"
+    vllm.adapter_noise = 0.4  # the engine strays 0.4 nats beyond its offset (with every adapter, here)
+    engine.pause_for_training()
+    with pytest.raises(EngineError, match=r"canary mismatch.*\|delta\| 0\.9000 beyond the engine's offset"):
+        engine.load_weights(adapters[3], "lora")
+    assert engine.policy_version == 2
