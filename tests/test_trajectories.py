@@ -249,3 +249,32 @@ def test_tokens_sampled_at_another_temperature_are_context_not_trained():
     assert sampled_ids(sample) == [31, 32, IM_END] and sample.temperature == 0.7
     assert report.other_temperature_tokens == 2
     assert sample.token_ids[-2:] == [41, IM_END] and sample.logprobs[-2:] == [0.0, 0.0]
+
+
+@pytest.mark.parametrize(("name", "branches"), [("qwen2_5", 1), ("qwen3", 3), ("gemma3", 1), ("phi3_5", 1)])
+def test_real_templates_branch_only_where_they_rewrite_history(tmp_path, name, branches):
+    """A three-turn episode as the engine sees it under each family's real template: every prompt is the
+    template's rendering of the history, every completion the answer the model samples (its end-of-turn token
+    included). Prefix-stable templates give one sample; Qwen3, which re-renders earlier turns without their
+    `<think>` block, a branch per turn; either way every sampled token is trained exactly once."""
+    from appliance.config import load_settings
+    from appliance.serving.template import ChatTemplate
+    from tiny_model import FAMILIES, make_family_tokenizer  # tests/tiny_model.py
+
+    bundled = load_settings().model_path
+    if not (bundled / "tokenizer.json").exists():
+        pytest.skip(f"the bundled model is not converted at {bundled}: run scripts/setup")
+    make_family_tokenizer(tmp_path, FAMILIES[name], bundled)
+    template = ChatTemplate(tmp_path)
+    messages = [{"role": "system", "content": "You run shell commands."}, {"role": "user", "content": "Task: go"}]
+    calls = []
+    for i, said in enumerate(["```bash\nls\n```", "```bash\ncat a\n```", "DONE"]):
+        prompt, answer = template.answer(messages + [{"role": "assistant", "content": said}], len(messages), None)
+        calls.append(call(i, prompt, answer))
+        messages += [{"role": "assistant", "content": said}, {"role": "user", "content": f"exit code 0\nout {i}"}]
+    samples, report = samples_of(calls)
+    assert len(samples) == branches and len(report.divergences) == branches - 1
+    assert sorted(t for s in samples for t in sampled_ids(s)) == sorted(t for c in calls for t in c.completion_ids)
+    for c in calls:  # the sample that trains a call's completion starts with exactly what the engine saw
+        whole = c.prompt_ids + c.completion_ids
+        assert any(s.token_ids[: len(whole)] == whole and all(s.mask[len(c.prompt_ids): len(whole)]) for s in samples)
