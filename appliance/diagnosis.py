@@ -109,6 +109,9 @@ def build_report(store: Store, run_id: str, iteration: int,
         failure_modes=dict(modes),
         infra_error_rate=(len(train_rollouts) - len(valid)) / len(train_rollouts) if train_rollouts else 0.0,
         rollouts=len(train_rollouts),
+        refused_syncs=[{k: e.data.get(k) for k in ("policy_version", "reason", "checkpoint")}
+                       for e in store.latest_events(run_id, limit=20, kinds=("rollback",))
+                       if e.data.get("iteration") == iteration],
         regressions=regressions,
         regressions_within_noise=within_noise,
         regression_rule=REGRESSION_RULE,
@@ -260,6 +263,11 @@ def render_markdown(report: CapabilityReport) -> str:
     lines.append("**Trend:** " + (" → ".join(f"{t['pass_at_1']:.1%}" for t in report.trend) or "n/a") + "  ")
     lines += render_devset(report)[:1]
     lines.append(f"**Infra-error rate:** {report.infra_error_rate:.1%} of {report.rollouts} rollouts")
+    for refused in report.refused_syncs:
+        lines[-1] += "  "
+        lines.append(f"**Trained weights refused:** the engine rolled back this iteration's sync (version "
+                     f"{refused['policy_version']}: {refused['reason']}); the previous policy served on, and training "
+                     f"goes on from the refused weights ({refused['checkpoint']})")
     for title, table in (("Held-out pass@1 by family × difficulty", report.heldout),
                          ("Practice pass rate", report.train)):
         if not table:

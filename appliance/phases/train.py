@@ -3,16 +3,26 @@
 Skipped when the iteration's checkpoint exists: the engine restored those weights at start. DESIGN.md's
 walk-through follows a rollout's reward from the verifier's verdict through its samples' advantages to
 the loss.
+
+Weights the engine refuses at their sync (a failed reload or canary: it serves the previous policy on)
+are not thrown away: they are kept beside the published versions, a `rollback` event says so (the TUI's
+overview and the iteration's report show it), and the next TRAIN goes on from them.
 """
 
 from __future__ import annotations
+
+import shutil
+from pathlib import Path
 
 from appliance.demonstrations import DemoMix, training_mix
 from appliance.errors import ApplianceError, DiskFull
 from appliance.hindsight import relabel_hindsight
 from appliance.phases.context import PhaseContext
-from appliance.schemas import CapabilityReport, RolloutStatus
-from appliance.training.learn import learn
+from appliance.schemas import CapabilityReport, Checkpoint, RolloutStatus
+from appliance.store import Store
+from appliance.training.learn import SyncRolledBack, learn
+
+ROLLED_BACK = "rollback"  # the event kind of trained weights the engine refused
 
 
 def train(ctx: PhaseContext, index: int) -> None:
@@ -28,9 +38,13 @@ def train(ctx: PhaseContext, index: int) -> None:
     try:
         result = learn(ctx.store, mix.settings, ctx.engine, rollouts, samples, run_id=ctx.run_id, iteration=index,
                        steps=ctx.settings.loop.train_steps, demonstrations=mix.samples,
-                       should_stop=ctx.practice.stopping.is_set)
+                       should_stop=ctx.practice.stopping.is_set, resume=refused_checkpoint(ctx.store, ctx.run_id))
     except DiskFull:
         raise  # not a failed sync: a run that goes on without ever saving would learn nothing for days
+    except SyncRolledBack as e:
+        keep_refused(ctx, index, e)
+        ctx.check_stopping("training")
+        return
     except ApplianceError as e:  # a failed sync keeps the old weights serving; the run goes on
         ctx.check_stopping("training")
         ctx.event("error", f"iteration {index}: training did not produce new weights: {e.message}")
@@ -54,3 +68,29 @@ def demonstration_mix(ctx: PhaseContext, index: int, rl_samples: int) -> DemoMix
     ctx.event("demonstrations", f"iteration {index}: {mix.describe()} ({relabelled.added} new from successes)",
               warmstart=mix.warmstart, samples=len(mix.samples), hindsight=relabelled.added)
     return mix
+
+
+def keep_refused(ctx: PhaseContext, index: int, e: SyncRolledBack) -> None:
+    """Keep the weights the engine refused under their own name (the next LEARN saves the same version's folder
+    again) and say loudly that this iteration's training is not what serves."""
+    trained = Path(e.checkpoint.path)
+    kept = trained.with_name(f"{trained.name}-refused-it{index}")
+    shutil.rmtree(kept, ignore_errors=True)
+    trained.rename(kept)
+    ctx.event(ROLLED_BACK, f"iteration {index}: the engine refused the trained weights and serves policy "
+              f"v{ctx.engine.policy_version} on: {e.message}. The next training goes on from the refused weights "
+              f"({kept})", iteration=index, checkpoint=str(kept), weights_kind=e.checkpoint.kind,
+              policy_version=e.checkpoint.policy_version, metrics=e.checkpoint.metrics, reason=e.message)
+
+
+def refused_checkpoint(store: Store, run_id: str) -> Checkpoint | None:
+    """The run's newest refused weights, while no version was published after them and they are on disk."""
+    found = store.latest_events(run_id, limit=1, kinds=(ROLLED_BACK,))
+    if not found or not Path(found[0].data.get("checkpoint", "")).is_dir():
+        return None
+    published = store.latest_checkpoint(run_id)
+    if published is not None and published.created_at >= found[0].created_at:
+        return None
+    d = found[0].data
+    return Checkpoint(run_id, int(d["policy_version"]), d.get("iteration"), str(d["weights_kind"]),
+                      str(d["checkpoint"]), dict(d.get("metrics") or {}))

@@ -44,6 +44,9 @@ class CapabilityReport:
     failure_modes: dict[str, int] = field(default_factory=dict)
     infra_error_rate: float = 0.0
     rollouts: int = 0
+    # syncs of this iteration the engine refused ({"policy_version", "reason", "checkpoint"}): its training
+    # is not what serves (phases/train.py keeps it, and the next iteration trains on from it)
+    refused_syncs: list[dict[str, Any]] = field(default_factory=list)
     capability: Cells = field(default_factory=dict)  # computed per family and level: modes, wrong commands
     habits: dict[str, Any] = field(default_factory=dict)  # agent_habits.habits of the iteration's practice
     demonstrations: dict[str, int] = field(default_factory=dict)

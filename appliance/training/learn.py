@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from appliance.config import Settings
-from appliance.errors import Interrupted
+from appliance.errors import EngineError, Interrupted
 from appliance.schemas import Checkpoint, Event, Rollout, Sample
 from appliance.seams import EngineControl
 from appliance.store import Store
@@ -83,8 +83,12 @@ def split_groups(batch: GroupedBatch, steps: int) -> list[GroupedBatch]:
 
 def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: list[Rollout], samples: list[Sample],
           *, run_id: str | None, iteration: int | None, steps: int = 1,
-          demonstrations: list[Sample] | None = None, should_stop: Callable[[], bool] | None = None) -> LearnResult:
+          demonstrations: list[Sample] | None = None, should_stop: Callable[[], bool] | None = None,
+          resume: Checkpoint | None = None) -> LearnResult:
     """Train on the rollouts' samples while the engine is paused; returns the new policy version and metrics.
+
+    `resume`: trained weights the engine refused at their sync (`SyncRolledBack.checkpoint`): training goes
+    on from them rather than from the version served, so a refused sync does not throw the training away.
 
     `demonstrations` (appliance.demonstrations) are SFT-only samples, trained with the successes whatever
     training.method says; they never enter the GRPO groups. `should_stop` is asked between optimizer steps
@@ -106,7 +110,7 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
     result = LearnResult(engine.policy_version, None)
     timings = result.timings
     # a run that continues from a trained policy (its first LEARN phase) trains on from the version served
-    latest = store.latest_checkpoint(run_id) or store.checkpoint_of_version(engine.policy_version)
+    latest = resume or store.latest_checkpoint(run_id) or store.checkpoint_of_version(engine.policy_version)
     global_step = int(latest.metrics.get("global_step", 0)) if latest else 0
 
     def note(what: str, seconds: float, **data: object) -> None:
@@ -165,10 +169,14 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
             note("trained", timings["train_s"], steps=len(result.steps), global_step=global_step, processes=processes)
         if any(step.get("trained_tokens") or step.get("sft_steps") for step in result.steps):
             synced = True  # from here on the engine, not this phase, brings serving back
-            with _timed(timings, "sync_s"):
-                result.policy_version = engine.load_weights(path, kind)
-            note("weights synced", timings["sync_s"], policy_version=result.policy_version, kind=kind)
             summary = {**_last(result.steps), "global_step": float(global_step)}
+            try:
+                with _timed(timings, "sync_s"):
+                    result.policy_version = engine.load_weights(path, kind)
+            except EngineError as e:  # the previous weights serve on; the trained ones are saved all the same
+                raise SyncRolledBack(e.message, e.hint, Checkpoint(run_id, version, iteration, kind, str(path),
+                                                                   summary)) from e
+            note("weights synced", timings["sync_s"], policy_version=result.policy_version, kind=kind)
             result.checkpoint = Checkpoint(run_id, result.policy_version, iteration, kind, str(path), summary)
             store.add_checkpoint(result.checkpoint)
             drop_stale_optimizer_states(store)
@@ -191,6 +199,15 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
             note("serving resumed without new weights", timings["resume_s"], policy_version=engine.policy_version)
     store.add_metrics(run_id, global_step, {k: v for k, v in timings.items()})
     return result
+
+
+class SyncRolledBack(EngineError):
+    """The engine refused the trained weights at their sync (a failed reload or canary) and serves the previous
+    ones; `checkpoint` is what was trained and saved, never published: the next LEARN resumes from it."""
+
+    def __init__(self, message: str, hint: str, checkpoint: Checkpoint) -> None:
+        super().__init__(message, hint)
+        self.checkpoint = checkpoint
 
 
 def drop_stale_optimizer_states(store: Store) -> list[Path]:

@@ -18,7 +18,7 @@ from appliance.tui.base import Context, PollingScreen, plain, run_title
 PHASES = [p for p in Phase if p != Phase.DONE]
 SPARKS = "▁▂▃▄▅▆▇█"
 CURVE_POINTS = 30
-EVENT_KINDS = ("phase", "engine", "train", "error", "info", "control")
+EVENT_KINDS = ("phase", "engine", "train", "error", "info", "control", "rollback")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +58,8 @@ class OverviewScreen(PollingScreen):
         # continued run took over), and a restart may change the planned count
         start = Content.assemble(" (", plain(start_label(store, run.id)), ")") if it and it.index == 0 else Content()
         run_line = Content.assemble("iteration ", (str(it.index), "bold"), start,
-                                 f" · policy v{it.policy_version}") if it else Content("no iteration yet")
+                                 f" · policy v{it.policy_version}", rollback_note(store, run.id)) if it \
+            else Content("no iteration yet")
         timeline = phase_timeline(it, store.phase_events(run.id, it.index), ctx.now,
                                   phase_durations(store, run.id, it.index)) if it else Content()
         counts = store.rollout_counts(run.id, it.index) if it else {}
@@ -179,12 +180,23 @@ def sparkline(values: list[float]) -> str:
     return "".join(SPARKS[round((v - lo) / (hi - lo) * (len(SPARKS) - 1))] for v in values)
 
 
+def rollback_note(store: Store, run_id: str) -> Content:
+    """` · 2 syncs refused (...)` in red when the engine refused trained weights (phases/train.py)."""
+    refused = store.latest_events(run_id, limit=100, kinds=("rollback",))
+    if not refused:
+        return Content()
+    n = len(refused)
+    return Content.assemble(" · ", (f"{n}{'+' if n == 100 else ''} sync{'s' if n > 1 else ''} refused", "bold red"),
+                            (f" (last: iteration {refused[0].data.get('iteration')}; training goes on from the "
+                             "refused weights, the previous policy serves)", "red"))
+
+
 def events_text(events: list[Event]) -> Content:
     lines = [Content.styled("latest events", "bold")]
     for e in events:
         took = f" ({human_duration(e.duration_s)})" if e.duration_s is not None else ""
         line = Content.assemble(f"{e.kind:<7} ", plain(e.message), took)
-        lines.append(line.stylize("red") if e.kind == "error" else line)
+        lines.append(line.stylize("red") if e.kind in ("error", "rollback") else line)
     return Content("\n").join(lines)
 
 
