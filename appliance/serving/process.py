@@ -119,6 +119,8 @@ def reap_stale(settings: Settings) -> bool:
 
 
 def launch(settings: Settings, weights: Path, tokenizer: Path) -> tuple[subprocess.Popen, Path]:
+    cmd = command(settings, weights, tokenizer)  # refuses a start native tools cannot use, before anything runs
+    parser, why = tool_parser(settings, weights, tokenizer)
     reap_stale(settings)
     # another server on the port would answer our health checks and we would never notice ours died
     deadline = time.monotonic() + 5  # a server we just stopped may take a moment to let go
@@ -131,9 +133,10 @@ def launch(settings: Settings, weights: Path, tokenizer: Path) -> tuple[subproce
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / "engine.log"
     with open(log_path, "ab") as log:
-        log.write(f"\n--- start {time.strftime('%Y-%m-%d %H:%M:%S')}: {weights}\n".encode())
+        log.write(f"\n--- start {time.strftime('%Y-%m-%d %H:%M:%S')}: {weights} (tool-call parser "
+                  f"{parser or 'none'}: {why})\n".encode())
         log.flush()
-        proc = subprocess.Popen(command(settings, weights, tokenizer), env=environment(settings),
+        proc = subprocess.Popen(cmd, env=environment(settings),
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
     pid_file(settings).write_text(str(proc.pid))

@@ -11,7 +11,7 @@ import pytest
 from appliance.config import Settings
 from appliance.errors import ApplianceError
 from appliance.serving.bundled_model import chat_template
-from appliance.serving.process import command
+from appliance.serving.process import command, launch
 from appliance.serving.tool_calls import detect
 
 QWEN_TEMPLATE = ('{%- if tools %}<tool_call>\\n{"name": <function-name>, "arguments": <args-json-object>}\\n'
@@ -77,3 +77,11 @@ def test_no_parser_for_native_tools_is_refused_with_the_fix(settings: Settings, 
     settings.engine.tool_call_parser = "none"
     with pytest.raises(ApplianceError, match="engine.tool_call_parser is none"):
         command(settings, folder, folder)
+
+
+def test_the_refusal_comes_before_the_engine_starts(settings: Settings, tmp_path: Path) -> None:
+    settings.harness.native_tools = True
+    folder = model(tmp_path / "gemma", "gemma3", template="<start_of_turn>{{ message.content }}")
+    with pytest.raises(ApplianceError, match="no tool-call parser fits"):
+        launch(settings, folder, folder)
+    assert not (settings.home / "logs" / "engine.log").exists()  # no process was started, no log begun
