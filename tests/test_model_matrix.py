@@ -24,8 +24,8 @@ from tiny_model import FAMILIES, make_family_model  # tests/tiny_model.py
 
 pytestmark = pytest.mark.slow
 
-CASES = [("qwen2_5", "lora"), ("qwen2_5", "full"), ("qwen3", "lora"), ("llama3_1", "full"), ("gemma3", "lora"),
-         ("phi3_5", "full")]
+CASES = [("qwen2_5", "lora"), ("qwen2_5", "full"), ("qwen3", "lora"), ("llama3_1", "full"), ("gemma3", "full"),
+         ("phi3_5", "lora")]
 
 
 def appliance(env: dict[str, str], *args: str, timeout: float) -> subprocess.CompletedProcess[str]:

@@ -23,6 +23,7 @@ import errno
 import math
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,31 @@ OPTIMIZER_FILE = "trainer/optimizer.pt"
 
 def pick_device() -> torch.device:
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+# Projections some architectures fuse into one module (Phi 3: qkv_proj, gate_up_proj); vLLM's LoRA loader
+# takes the fused module as the model declares it.
+FUSED_PROJECTIONS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+
+
+def lora_targets(model: Any, wanted: Sequence[str]) -> list[str]:
+    """The module names of `wanted` this model has, with a fused projection standing for its parts.
+
+    peft adapts whatever subset of the names it finds and says nothing of the rest: on Phi 3 the default
+    list silently trained o_proj and down_proj only. A name none of whose modules exist is an error."""
+    import torch
+
+    linear = {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    out = [name for name in wanted if name in linear]
+    out += [fused for fused, parts in FUSED_PROJECTIONS.items()
+            if fused in linear and fused not in out and any(p in wanted for p in parts)]
+    covered = set(out) | {p for fused in out for p in FUSED_PROJECTIONS.get(fused, ())}
+    missing = [name for name in wanted if name not in covered]
+    if missing or not out:
+        raise TrainingError(f"the model has no {', '.join(missing or list(wanted))} module for LoRA "
+                            f"(its linear modules: {', '.join(sorted(linear))})",
+                            "set training.lora_targets to names of the model's own projection modules")
+    return out
 
 
 class PolicyTrainer(Critic):
@@ -86,7 +112,7 @@ class PolicyTrainer(Critic):
             else:
                 model = get_peft_model(model, LoraConfig(
                     r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                    target_modules=list(cfg.lora_targets), task_type="CAUSAL_LM"))
+                    target_modules=lora_targets(model, cfg.lora_targets), task_type="CAUSAL_LM"))
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()
             if self.kind == "lora":

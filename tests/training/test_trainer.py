@@ -114,3 +114,21 @@ def test_full_finetune_saves_a_safetensors_model_folder(tiny_model, tmp_path):
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "v1")
     name, trained = next(iter(trainer.trainable_state().items()))
     assert torch.equal(dict(reloaded.named_parameters())[name], trained)
+
+
+def test_lora_targets_find_a_fused_projection_and_refuse_a_name_the_model_lacks(tmp_path) -> None:
+    """Before: peft adapted whatever subset of the list a Phi 3 model has (o_proj, down_proj) and said nothing:
+    its attention's qkv_proj and the MLP's gate_up_proj were never trained."""
+    from transformers import Phi3Config, Phi3ForCausalLM
+
+    from appliance.config import TrainingSettings
+    from appliance.errors import TrainingError
+    from appliance.training.trainer import lora_targets
+
+    phi = Phi3ForCausalLM(Phi3Config(vocab_size=64, pad_token_id=0, hidden_size=32, intermediate_size=64,
+                                     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
+    assert sorted(lora_targets(phi, TrainingSettings().lora_targets)) == ["down_proj", "gate_up_proj", "o_proj",
+                                                                         "qkv_proj"]
+    with pytest.raises(TrainingError, match="no w_gate module") as e:
+        lora_targets(phi, ["o_proj", "w_gate"])
+    assert "qkv_proj" in e.value.message
