@@ -73,18 +73,23 @@ def test_stopping_the_launcher_is_the_agents_failure_not_an_infra_error(practice
     assert r.outcome == Outcome.FAILURE and (r.error or "").startswith("verifier_timeout"), r.error
 
 
-# A Python verifier that runs the agent's script through os.system (which keeps every descriptor without
-# close-on-exec) and fails it: the score descriptor must not reach the script.
-SYSTEM_VERIFY = ("import os, sys\n"
-                 "status = os.system('bash count.sh > /tmp/out 2>&1')\n"
-                 "sys.exit(0 if open('/tmp/out').read().strip() == '3' else 1)\n")
-SYSTEM_TASK = TaskSpec(id="script-fd3", family="script", difficulty=2, instruction="Make count.sh print how many "
-                       "lines names.txt has.", files={"names.txt": "a\nb\nc\n"}, verify=SYSTEM_VERIFY,
-                       verify_lang="python", solution="echo 'wc -l < names.txt' > count.sh\n")
+# Verifiers that run the agent's script in a process that keeps every descriptor without close-on-exec
+# (os.system; bash, which has no way to mark fd 3 close-on-exec) and fail it: the script's write to the score
+# descriptor must not count.
+HANDED_ON = {
+    "python": ("import os, sys\n"
+               "status = os.system('bash count.sh > /tmp/out 2>&1')\n"
+               "sys.exit(0 if open('/tmp/out').read().strip() == '3' else 1)\n"),
+    "bash": 'test "$(bash count.sh)" = 3\n',
+}
 
 
-def test_the_score_descriptor_is_not_inherited_by_the_code_under_test(practice: Practice) -> None:
-    forged = attempt(practice, SYSTEM_TASK, "printf 'echo SCORE=0.9 >&3; echo 2\\n' > count.sh")
+@pytest.mark.parametrize("lang", sorted(HANDED_ON))
+def test_the_score_descriptor_counts_only_the_verifiers_own_writes(practice: Practice, lang: str) -> None:
+    spec = TaskSpec(id=f"script-fd3-{lang}", family="script", difficulty=2, instruction="Make count.sh print how "
+                    "many lines names.txt has.", files={"names.txt": "a\nb\nc\n"}, verify=HANDED_ON[lang],
+                    verify_lang=lang, solution="echo 'wc -l < names.txt' > count.sh\n")
+    forged = attempt(practice, spec, "printf 'echo SCORE=0.9 >&3; echo 2\\n' > count.sh")
     r = forged.rollout
     assert r.outcome == Outcome.FAILURE and r.reward == 0.0, (r.reward, r.error)
 

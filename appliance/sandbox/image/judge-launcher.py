@@ -12,8 +12,10 @@ uid and runs `argv` (an execute-only interpreter under /usr/local/libexec/applia
 not dumpable either: code it runs cannot rewrite its exit status, read its memory or its descriptors).
 The verifier's source is never in its argv or environment (/proc/PID/cmdline is readable by every
 process): it is a sealed memfd on fd 4, which the interpreter's bootstrap (argv) reads and closes before
-the source runs. Its stdout/stderr are its own pipes; fd 3 is its private score channel, which the
-Python bootstrap makes close-on-exec (os.system and the like do not pass it on). The launcher kills
+the source runs. Its stdout/stderr are its own pipes; fd 3 is its score channel: a datagram socket whose
+every message carries the sender's pid (SCM_CREDENTIALS, filled in by the kernel), so only what the
+verifier's own process writes counts, never what a process it started writes to an inherited fd 3 (the
+Python bootstrap also makes fd 3 close-on-exec; a bash verifier cannot). The launcher kills
 everything else of the sandbox when the verifier is done, and prints one JSON verdict: the verifier's
 exit code or signal as waitpid saw it, whether it ran out of time, the score it wrote to fd 3, and the
 (bounded) output, on one line. Only the standard library; no file under /workspace is read or imported.
@@ -24,6 +26,8 @@ import json
 import os
 import select
 import signal
+import socket
+import struct
 import sys
 import time
 
@@ -72,8 +76,33 @@ def child(argv, env, out_w, err_w, score_w, src):
     os._exit(127)
 
 
-def collect(pid, streams, limit, deadline):
-    """Read the pipes until the verifier exits (or the deadline); returns (status, timed_out)."""
+class Score:
+    """The verifier's fd 3: a datagram socket pair; what arrives counts only when the verifier's own process
+    sent it (its pid, as the kernel attests it)."""
+
+    def __init__(self):
+        self.sock, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        self.sock.setblocking(False)
+        self.peer = peer.detach()  # the verifier's fd 3
+        self.text = b""
+
+    def take(self, pid):
+        """Every message waiting; the verifier's kept (up to 4 KiB), anyone else's dropped."""
+        while True:
+            try:
+                data, anc, _, _ = self.sock.recvmsg(1 << 16, socket.CMSG_SPACE(struct.calcsize("3i")))
+            except OSError:  # (BlockingIOError: nothing more waiting)
+                return
+            sender = next((struct.unpack("3i", d[:12])[0] for level, kind, d in anc
+                           if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS), None)
+            if sender == pid and len(self.text) < 4096:
+                self.text += data
+
+
+def collect(pid, streams, limit, deadline, score):
+    """Read the pipes and the score channel until the verifier exits (or the deadline); returns
+    (status, timed_out)."""
     status, timed_out = None, False
     while status is None:
         left = deadline - time.monotonic()
@@ -85,12 +114,16 @@ def collect(pid, streams, limit, deadline):
                 pass
             status = os.waitpid(pid, 0)[1]
             break
-        ready, _, _ = select.select(list(streams), [], [], min(left, 0.05))
+        ready, _, _ = select.select([*streams, score.sock], [], [], min(left, 0.05))
         for fd in ready:
-            _read(fd, streams, limit)
+            if fd is score.sock:
+                score.take(pid)
+            else:
+                _read(fd, streams, limit)
         done, st = os.waitpid(pid, os.WNOHANG)
         if done:
             status = st
+    score.take(pid)  # what it wrote before it exited; nothing after counts (its pid is free again)
     return status, timed_out
 
 
@@ -138,7 +171,7 @@ def drain(streams, limit):
 def judge(req):
     """One verifier run; the verdict as a dict."""
     limit = int(req["output_limit"])
-    (out_r, out_w), (err_r, err_w), (score_r, score_w) = os.pipe(), os.pipe(), os.pipe()
+    (out_r, out_w), (err_r, err_w), score = os.pipe(), os.pipe(), Score()
     argv = [str(a) for a in req["argv"]]
     if not argv or os.path.dirname(argv[0]) != LIBEXEC:  # only the execute-only interpreters judge
         return {"error": f"the verifier's interpreter {argv[:1]} is not under {LIBEXEC}"}
@@ -146,13 +179,14 @@ def judge(req):
     started = time.monotonic()
     pid = os.fork()
     if pid == 0:
-        child(argv, req["env"], out_w, err_w, score_w, src)
-    for fd in (out_w, err_w, score_w, src):
+        child(argv, req["env"], out_w, err_w, score.peer, src)
+    for fd in (out_w, err_w, score.peer, src):
         os.close(fd)
-    streams = {out_r: [b"", 0], err_r: [b"", 0], score_r: [b"", 0]}
-    names = {out_r: "stdout", err_r: "stderr", score_r: "score"}
+    streams = {out_r: [b"", 0], err_r: [b"", 0]}
+    names = {out_r: "stdout", err_r: "stderr"}
     bufs = dict(streams)
-    status, timed_out = collect(pid, streams, limit, started + float(req["timeout_s"]))
+    status, timed_out = collect(pid, streams, limit, started + float(req["timeout_s"]), score)
+    score.sock.close()
     # Whatever the verifier or the code it ran left behind (a daemon holding a pipe open) dies here, all
     # but this process, PID 1 and the host's driving shell (`spare`: the host scrubs with it next).
     kill_others({1, os.getpid(), *map(int, req.get("spare", []))})
@@ -164,7 +198,7 @@ def judge(req):
         exit_code=os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
         signal=os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
         timed_out=timed_out, duration_s=round(time.monotonic() - started, 4),
-        stdout=text["stdout"], stderr=text["stderr"], score_channel=text["score"][:4096],
+        stdout=text["stdout"], stderr=text["stderr"], score_channel=score.text.decode(errors="replace")[:4096],
         dropped=bufs[out_r][1] + bufs[err_r][1], dumpable=0)
 
 
