@@ -47,15 +47,44 @@ nothing: the sandbox is removed, the workspace copied out sanitized |
   back from the task, modules that would shadow the standard library removed, git configuration that
   runs programs taken out, made read-only, and it is started from outside /workspace with a fixed
   environment. It is run the same way in validation and in rollouts.
-- the verdict (`judge`): a verifier runs the agent's code by design, as its own uid. Its pass/fail is its
-  exit status as read with waitpid by a launcher that is the top process of its own `podman exec`
-  (one per sandbox, spared by scrubs);
-  launcher and verifier run from execute-only interpreters (mode 0711 copies under
-  /usr/local/libexec/appliance), which the kernel makes non-dumpable, so no process of the sandbox may
-  ptrace them, read or write their memory or open their descriptors; the launcher's stdout, where the
-  verdict is printed, is held by it and the container runtime alone; a partial score comes only from the
-  verifier's private fd 3. Code the verifier runs can make it fail, never pass: killing the launcher is
-  the rollout's failure, not an infra error.
+- the verdict (`judge`): a verifier runs the agent's code by design, as the agent's uid. Its pass/fail is
+  its exit status as read with waitpid by a launcher that is the top process of its own `podman exec
+  --user 0` (one per sandbox, spared by scrubs): root whose only capabilities are KILL, SETUID and SETGID
+  (the bounding set of a sandbox without a door; uid 1000 has none and cannot gain them), so no process
+  of the agent's uid may signal, ptrace or inspect it. The verifier is its child, dropped to uid 1000 and
+  run from an execute-only interpreter (mode 0711 copies under /usr/local/libexec/appliance), which the
+  kernel makes non-dumpable: no process of the sandbox may ptrace it, read its memory or open its
+  descriptors. Each attack on the verdict, what stops it, and the test that tries it
+  (tests/practice/test_verdict_attacks.py unless named):
+  | attack | what stops it | test |
+  | --- | --- | --- |
+  | exit 0 from the code under test (`os._exit(0)` in a pyfix module) | the families judge the values a \
+child printed in a frame marked by a per-run nonce (`appliance_check` in the image), never the exit \
+status of a process that imported the agent's code; the expectations stay in the verifier | \
+test_exiting_0_from_the_code_under_test_passes_no_pyfix_task |
+  | read the verifier's source (/proc/PID/cmdline, environ) | the source is a sealed memfd on fd 4, read \
+and closed by the interpreter's bootstrap before anything runs; composite parts get theirs on a pipe | \
+test_the_code_under_test_cannot_read_the_verifiers_source |
+  | stop or kill the launcher | another uid than the code under test; a launcher silent while its \
+sandbox lives is the agent's `verifier_timeout`, a stopped or killed verifier the rollout's failure | \
+test_stopping_the_launcher_is_the_agents_failure_not_an_infra_error, test_forged_verdict.py |
+  | write a partial score through an inherited fd 3 (os.system, a bash verifier's child) | fd 3 is a \
+datagram socket whose messages carry the sender's pid (SCM_CREDENTIALS): only the verifier's own writes \
+count; the Python bootstrap also makes it close-on-exec | \
+test_the_score_descriptor_counts_only_the_verifiers_own_writes |
+  | forge the verdict: another process's memory, a shared stdout, the shell's sentinel | non-dumpable \
+launcher and verifier; the verdict on a stdout only the launcher and the runtime hold | \
+test_forged_verdict.py |
+  | hide git state: index entries marked assume-unchanged or skip-worktree | `tasks.gitsafe` clears the \
+flags and records them; state-hiding keys denied, replace refs off | \
+test_a_flag_in_the_index_hides_no_change_from_the_verifier |
+  | run a program in the verifier through git: configuration, hooks, and layouts that hid them (a linked \
+config or HEAD, a hard-linked config, a commondir) | `tasks.gitsafe`: allowlisted configuration, hooks \
+dropped, a repository found by a HEAD of any kind, non-regular config and HEAD replaced, commondir and \
+grafts removed, all recorded | tests/tasks/test_gitsafe.py |
+  | shadow a module the verifier imports | planted standard-library names removed before the verdict | \
+test_hostile_agent.py |
+  Code the verifier runs can make it fail, never pass.
 - fork bombs (`--pids-limit`), memory bombs (`--memory` = `--memory-swap`), CPU (`--cpus`), runaway
   commands (`timeout -s KILL` inside, per command), runaway sandboxes (`--timeout` lifetime: podman kills
   and removes the container even if the appliance died), leaks (labels + sweeps at start-up/shutdown,
@@ -66,8 +95,8 @@ Not protected:
   /etc/subuid entries; a VM is the answer for hostile code.
 - what a verifier's own logic trusts: code it runs may rewrite workspace files (same uid) before the
   verifier reads them, or print anything on a stdout they share; a verifier that trusts such a file or
-  text decides by its own logic. A bash verifier that hands fd 3 to the code it runs lets that code
-  write a failure's partial score (capped below a pass, never a pass).
+  text decides by its own logic; so does one that trusts the exit status of the agent's code (an exit
+  passes it; the families judge values instead).
 - covert channels: a verifier can still tell a reused validation sandbox from a new one by PID numbers,
   uptime or timing, and behave differently; a strict-in-validation, lenient-in-rollouts verifier is
   limited to what it can infer this way (setup's markers and processes are gone). Timing channels
