@@ -35,20 +35,24 @@ def train(ctx: PhaseContext, index: int) -> None:
 
     samples = samples_of(ctx.store, rollouts)  # a rollout whose samples are missing is rebuilt
     mix = demonstration_mix(ctx, index, len(samples))
+    resume = refused_checkpoint(ctx.store, ctx.run_id)
     try:
         result = learn(ctx.store, mix.settings, ctx.engine, rollouts, samples, run_id=ctx.run_id, iteration=index,
                        steps=ctx.settings.loop.train_steps, demonstrations=mix.samples,
-                       should_stop=ctx.practice.stopping.is_set, resume=refused_checkpoint(ctx.store, ctx.run_id))
+                       should_stop=ctx.practice.stopping.is_set, resume=resume)
     except DiskFull:
         raise  # not a failed sync: a run that goes on without ever saving would learn nothing for days
     except SyncRolledBack as e:
         keep_refused(ctx, index, e)
+        drop_refused(ctx, resume)  # trained on: the newer refused weights hold what it taught
         ctx.check_stopping("training")
         return
     except ApplianceError as e:  # a failed sync keeps the old weights serving; the run goes on
         ctx.check_stopping("training")
         ctx.event("error", f"iteration {index}: training did not produce new weights: {e.message}")
         return
+    if result.checkpoint is not None:
+        drop_refused(ctx, resume)  # a published version trained on from them serves now
     ctx.event("train", f"iteration {index}: policy version {result.policy_version}", sum(result.timings.values()),
               steps=len(result.steps))
 
@@ -81,6 +85,14 @@ def keep_refused(ctx: PhaseContext, index: int, e: SyncRolledBack) -> None:
               f"v{ctx.engine.policy_version} on: {e.message}. The next training goes on from the refused weights "
               f"({kept})", iteration=index, checkpoint=str(kept), weights_kind=e.checkpoint.kind,
               policy_version=e.checkpoint.policy_version, metrics=e.checkpoint.metrics, reason=e.message)
+
+
+def drop_refused(ctx: PhaseContext, refused: Checkpoint | None) -> None:
+    """Delete refused weights a newer checkpoint supersedes: each is a model's worth of disk (and its optimizer
+    state twice that), and nothing resumes from it any more."""
+    if refused is not None and "-refused-it" in Path(refused.path).name \
+            and Path(refused.path).resolve().is_relative_to(ctx.settings.checkpoints_dir.resolve()):
+        shutil.rmtree(refused.path, ignore_errors=True)
 
 
 def refused_checkpoint(store: Store, run_id: str) -> Checkpoint | None:

@@ -51,16 +51,19 @@ def test_refused_weights_are_kept_said_aloud_and_trained_on_from(settings: Setti
     assert resumed[0] is None
     assert resumed[1].path == str(kept) and resumed[1].kind == "lora" and resumed[1].metrics["global_step"] == 2.0
     assert (settings.checkpoints_dir / "v1-refused-it2").is_dir()
+    assert not kept.exists()  # superseded by the newer refused weights, which were trained on from it
 
     def published(*args, resume=None, **kwargs) -> LearnResult:
         resumed.append(resume)
-        store.add_checkpoint(Checkpoint(run, 1, kwargs["iteration"], "lora", str(trained)))
-        return LearnResult(1, None)
+        checkpoint = Checkpoint(run, 1, kwargs["iteration"], "lora", str(trained))
+        store.add_checkpoint(checkpoint)
+        return LearnResult(1, checkpoint)
 
     monkeypatch.setattr(train_phase, "learn", published)
     train_phase.train(lp.context, 3)
     assert resumed[2].path == str(settings.checkpoints_dir / "v1-refused-it2")  # the newest refused
     assert train_phase.refused_checkpoint(store, run) is None  # a published version is newer: resume from it
+    assert not (settings.checkpoints_dir / "v1-refused-it2").exists()  # and its folder is no longer kept
 
     note = rollback_note(store, run).plain
     assert "2 syncs refused" in note and "last: iteration 2" in note
