@@ -35,7 +35,7 @@ from appliance.sandbox.door import DOOR_PORT, DoorListener, ModelDoor
 from appliance.sandbox.image import image_ref
 from appliance.sandbox.podman import LABEL, OWNER_LABEL, check_storage, podman, podman_bin, podman_cwd, podman_env
 from appliance.sandbox.shell import Capture, Shell, pump
-from appliance.sandbox.transfer import ignored_by_tar, members, pack_dir, reroot, sanitize, unpack
+from appliance.sandbox.transfer import capped, ignored_by_tar, members, pack_dir, reroot, sanitize, unpack
 from appliance.schemas import ExecResult
 
 SECCOMP_PROFILE = Path(__file__).parent / "seccomp.json"
@@ -341,10 +341,12 @@ class Sandbox:
         """The tree at `src` as a sanitized archive, and what was left out (see `transfer.sanitize`).
 
         Files the agent made unreadable are left out, not an error: a workspace the agent broke is the
-        agent's failure, never the machine's."""
+        agent's failure, never the machine's. Sparse files travel as their data blocks (`tar -S`), the
+        archive is read as a stream from a temporary file, and files past the workspace's cap in logical
+        bytes, or members past `transfer.MAX_MEMBERS`, are left out and named."""
         source = PurePosixPath(src)
         with tempfile.TemporaryFile() as buf:
-            proc = subprocess.run([podman_bin(), "exec", self.name, "tar", "-c", "--ignore-failed-read",
+            proc = subprocess.run([podman_bin(), "exec", self.name, "tar", "-c", "-S", "--ignore-failed-read",
                                    "-C", str(source.parent), source.name],
                                   stdout=buf, stderr=subprocess.PIPE, env=podman_env(self.settings), timeout=300)
             err = proc.stderr.decode(errors="replace")
@@ -353,11 +355,11 @@ class Sandbox:
                 raise SandboxError(f"get {src} from sandbox {self.name} failed: {err.strip()[-500:]}",
                                    "check the path with sb.exec('ls -la ...')")
             buf.seek(0)
-            data, dropped = sanitize(buf.read())
+            data, dropped = sanitize(buf, workspace_bytes(self.settings))
         if source.name not in members(data):  # --ignore-failed-read also forgives a missing source
             raise SandboxError(f"get {src} from sandbox {self.name} failed: {err.strip()[-500:] or 'nothing there'}",
                                "check the path with sb.exec('ls -la ...')")
-        return data, dropped + ignored_by_tar(err)
+        return data, capped(dropped + ignored_by_tar(err))
 
     def get(self, src: str, local_dest: Path | str) -> Path:
         """Copy a file or directory tree from inside to exactly `local_dest` on the host (replaced if present).

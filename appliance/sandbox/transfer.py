@@ -21,9 +21,9 @@ import os
 import stat
 import tarfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from appliance.errors import SandboxError
 
@@ -125,15 +125,42 @@ def pack_dir(root: Path) -> tuple[bytes, list[str]]:
     return data, dropped + more
 
 
-def sanitize(data: bytes) -> tuple[bytes, list[str]]:
-    """Re-pack an untrusted archive: members that the 'data' filter refuses are dropped and named."""
+# A task's workspace has tens of files, a git repository in one a few hundred: more members than this are
+# what an agent leaves to make the copy (or the next sandbox's tmpfs, a page a file) its weapon.
+MAX_MEMBERS = 20_000
+PAGE = 4096  # a tmpfs holds a non-empty file in whole pages
+# A tampering record names at most this many entries of at most this many characters (a deep tree named
+# path by path grew with the square of its depth: 122 MiB in one rollout's error).
+TAMPER_SHOWN, TAMPER_WIDTH = 40, 240
+
+
+def capped(items: list[str]) -> list[str]:
+    """At most TAMPER_SHOWN entries, each shortened to TAMPER_WIDTH characters, then how many more."""
+    cut = TAMPER_WIDTH // 2
+    out = [i if len(i) <= TAMPER_WIDTH else f"{i[:cut]}...{i[-cut:]}" for i in items[:TAMPER_SHOWN]]
+    if len(items) > TAMPER_SHOWN:
+        out.append(f"{len(items) - TAMPER_SHOWN} more")
+    return out
+
+
+def tmpfs_bytes(sizes: Iterable[int]) -> int:
+    """What files of these sizes take in a tmpfs (whole pages), which is what its size cap counts."""
+    return sum(-(-n // PAGE) * PAGE for n in sizes)
+
+
+def sanitize(data: bytes | IO[bytes], cap: int | None = None) -> tuple[bytes, list[str]]:
+    """Re-pack an untrusted archive (bytes, or a file read once as a stream): members that the 'data'
+    filter refuses are dropped and named, and so are the members past MAX_MEMBERS and, with `cap`, the
+    regular files past `cap` bytes in all, counted by their logical size: a sparse file (`truncate -s 3G`)
+    costs nothing in a tmpfs and arrives as a few blocks (`tar -S`), but would be written out whole."""
     out = io.BytesIO()
     dropped: list[str] = []
     try:
-        src = tarfile.open(fileobj=io.BytesIO(data), mode="r:")
+        src = tarfile.open(fileobj=io.BytesIO(data) if isinstance(data, bytes) else data, mode="r|")
     except tarfile.TarError as e:
         raise SandboxError(f"the workspace archive is unreadable: {e}", "an infra error; retry") from None
     dst = tarfile.open(fileobj=out, mode="w")
+    kept, total, over = 0, 0, 0
     with src:
         try:
             for member in src:
@@ -144,17 +171,30 @@ def sanitize(data: bytes) -> tuple[bytes, list[str]]:
                 if refusal is not None:
                     dropped.append(f"{name} ({refusal})")
                     continue
+                if kept >= MAX_MEMBERS:
+                    over += 1
+                    continue
+                if member.isreg() and cap is not None and total + member.size > cap:
+                    kind = "sparse file" if member.issparse() else "file"
+                    dropped.append(f"{name} ({kind} of {member.size} bytes: the workspace holds {cap} in all)")
+                    continue
+                kept += 1
+                total += member.size if member.isreg() else 0
                 # As the 'data' filter: no setuid/setgid/sticky, no group/other write; files owner-rw.
                 mode = member.mode & 0o755 | (0o600 if member.isreg() else 0)
                 clean = copy.copy(member)  # (TarInfo.replace is 3.11.4+)
                 clean.name, clean.mode, clean.uid, clean.gid, clean.uname, clean.gname = name, mode, 0, 0, "", ""
                 clean.pax_headers = {}  # a copied pax 'path' would win over the cleaned name when written
+                if clean.issparse():  # written out whole (within the cap) as a plain file
+                    clean.type, clean.sparse = tarfile.REGTYPE, None
                 if clean.islnk():
                     clean.linkname = _norm(clean.linkname)
                 dst.addfile(clean, src.extractfile(member) if clean.isreg() else None)
         except tarfile.TarError as e:
             dst.close()
             raise SandboxError(f"the workspace archive is unreadable: {e}", "an infra error; retry") from None
+    if over:
+        dropped.append(f"{over} members past the first {MAX_MEMBERS} (too many files)")
     return _closed(dst, out), dropped
 
 
@@ -303,18 +343,20 @@ def shell_put(shell: SandboxShell, data: bytes, dest: str = "/workspace", timeou
                            "an infra error; `appliance doctor` checks the sandbox")
 
 
-def shell_get(shell: SandboxShell, src: str = "/workspace", timeout: float = 60) -> tuple[bytes, list[str]] | None:
-    """The tree at `src` as a sanitized archive and what was dropped; None when the shell's output cap cut it
-    (then use `Sandbox.get_tar`). Unreadable files are left out (the agent's doing), never an error."""
-    r = shell.run(f"tar -c --ignore-failed-read -C {src} . | base64 -w0", timeout=timeout)
+def shell_get(shell: SandboxShell, src: str = "/workspace", timeout: float = 60,
+              cap: int | None = None) -> tuple[bytes, list[str]] | None:
+    """The tree at `src` as a sanitized archive and what was dropped (see `sanitize` for `cap`); None when
+    the shell's output cap cut it (then use `Sandbox.get_tar`). Unreadable files are left out (the agent's
+    doing), never an error. Sparse files travel as their data blocks (`tar -S`)."""
+    r = shell.run(f"tar -c -S --ignore-failed-read -C {src} . | base64 -w0", timeout=timeout)
     if r.truncated:
         return None
     if r.exit_code != 0 or r.timed_out:
         raise SandboxError(f"copying the workspace out of the sandbox failed ({r.exit_code}): "
                            f"{r.stderr.strip()[-300:]}",
                            "an infra error; `appliance doctor` checks the sandbox")
-    data, dropped = sanitize(base64.b64decode(r.stdout))
-    return data, dropped + ignored_by_tar(r.stderr)
+    data, dropped = sanitize(base64.b64decode(r.stdout), cap)
+    return data, capped(dropped + ignored_by_tar(r.stderr))
 
 
 def ignored_by_tar(stderr: str) -> list[str]:

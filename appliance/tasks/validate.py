@@ -43,7 +43,7 @@ from appliance.errors import (
     TaskFormatError,
 )
 from appliance.sandbox.sandbox import workspace_bytes
-from appliance.sandbox.transfer import pack_files, reroot, shell_get
+from appliance.sandbox.transfer import MAX_MEMBERS, capped, pack_files, reroot, shell_get, tmpfs_bytes
 from appliance.schemas import Split, TaskStatus
 from appliance.seams import SandboxAPI
 from appliance.tasks.format import TaskSpec
@@ -129,7 +129,7 @@ def _get(sb: SandboxAPI) -> tuple[bytes, list[str]]:
     """The workspace out of a sandbox whose processes are dead, rooted like `pack_dir`'s archive; through
     the shell when it fits, else streamed by `podman exec` (which names members `workspace/...`)."""
     sb.scrub(wipe=False)
-    got = shell_get(sb.shell())
+    got = shell_get(sb.shell(), cap=workspace_bytes(sb.settings))
     if got is not None:
         return got
     data, dropped = sb.get_tar("/workspace")
@@ -182,11 +182,13 @@ def validate_many(settings: Settings, specs: list[TaskSpec], *, parallel: int = 
                                             f"{BAD_FORMAT}: {type(e).__name__}: {e}"[:300])
                     continue
                 stages = [Stage("format", True)]
-                size = len(pack_files(spec.files))
-                if size > cap:
+                # what the files take where they go: the archive, and a tmpfs that holds each in whole pages
+                size = max(len(pack_files(spec.files)), tmpfs_bytes(len(t.encode()) for t in spec.files.values()))
+                if size > cap or len(spec.files) > MAX_MEMBERS:
                     results[i] = Validation(False, stages + [Stage("size", False, f"{size} bytes")],
-                                            f"{TOO_LARGE}: its files take {size} bytes, the sandbox's workspace holds "
-                                            f"{cap} (sandbox.workspace_size)")
+                                            f"{TOO_LARGE}: its {len(spec.files)} files take {size} bytes, the "
+                                            f"sandbox's workspace holds {cap} (sandbox.workspace_size) and "
+                                            f"{MAX_MEMBERS} files")
                     continue
                 try:
                     if sb is None or used >= reuse:
@@ -298,7 +300,7 @@ def _stages(sb: SandboxAPI, spec: TaskSpec, stages: list[Stage]) -> str | None:
         archive, tampered = prepare(spec, final)
         if tampered or dropped:
             stages[-1].detail += ("\n(the reference solution changed protected files or left: "
-                                  f"{', '.join(tampered + dropped)})")
+                                  f"{', '.join(capped(tampered + dropped))})")
         # a question task's reference answers on its standard output
         j = record(f"verify-{i}", judge(sb, spec, archive, r.stdout if spec.answer else ""))
         if j.timed_out:

@@ -28,7 +28,7 @@ from pathlib import Path, PurePosixPath
 from appliance.config import Settings
 from appliance.errors import ApplianceError, SandboxStorageFull
 from appliance.sandbox.judge import JudgeRun, run_judge
-from appliance.sandbox.transfer import members, overlay, pack_dir, shell_put, without
+from appliance.sandbox.transfer import capped, members, overlay, pack_dir, shell_put, without
 from appliance.seams import SandboxAPI, SandboxStarter
 from appliance.tasks.format import ANSWER_FILE, TaskSpec
 from appliance.tasks.gitsafe import GIT_ENV, defuse_git
@@ -193,7 +193,7 @@ def verify_workspace(settings: Settings, spec: TaskSpec, workspace_dir: Path | s
     except OSError as e:
         return VerifyResult(False, None, "", [], f"cannot read the workspace: {e}", time.monotonic() - t0)
     archive, tampered = prepare(spec, archive)
-    tampered = tampered + list(dropped) + skipped
+    tampered = capped(tampered + list(dropped) + skipped)
     try:
         with starter(settings, start)() as sb:
             r = judge(sb, spec, archive, answer)

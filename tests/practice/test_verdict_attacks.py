@@ -5,6 +5,7 @@ tried through `run_rollout`'s path: real Podman, the built-in harness driven by 
 from __future__ import annotations
 
 import random
+import resource
 
 import pytest
 
@@ -114,3 +115,26 @@ def test_a_flag_in_the_index_hides_no_change_from_the_verifier(practice: Practic
     assert any("assume-unchanged or skip-worktree" in t for t in hidden.tampered), hidden.tampered
     honest = attempt(practice, STATUS_TASK, STATUS_TASK.solution)
     assert honest.rollout.outcome == Outcome.SUCCESS, (honest.rollout.error, honest.verifier_output)
+
+
+def test_a_sparse_file_costs_the_host_no_memory_and_is_recorded(practice: Practice) -> None:
+    # `truncate -s` costs nothing in the sandbox's tmpfs, but the copy out read, and held several times over,
+    # its logical size (3G took the appliance to 11.7 GB); 512M here, past the test sandbox's 64M workspace
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    sparse = attempt(practice, COUNT_TASK, "truncate -s 512M big.bin && echo 'wc -l < names.txt' > count.sh")
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - peak_before
+    r = sparse.rollout
+    assert grown < 256 << 20, f"the host process grew by {grown >> 20} MiB"
+    assert r.outcome == Outcome.SUCCESS, (r.error, sparse.verifier_output)  # the task itself was done
+    assert any("big.bin (sparse file" in t for t in sparse.tampered), sparse.tampered
+
+
+def test_a_deep_tree_makes_a_bounded_tampering_record(practice: Practice) -> None:
+    # each too-deep path used to be named in full: the record grew with the square of the depth
+    deep = ("python3 -c \"import os\nfor i in range(60):\n    os.mkdir('d' * 200)\n    os.chdir('d' * 200)\n"
+            "open('leaf', 'w').write('x')\"; echo 'wc -l < names.txt' > count.sh")
+    result = attempt(practice, COUNT_TASK, deep)
+    r = result.rollout
+    assert r.outcome != Outcome.INFRA_ERROR, r.error
+    assert len(r.error or "") < 16_000, len(r.error or "")
+    assert any("(path too long)" in t for t in result.tampered), result.tampered[:3]

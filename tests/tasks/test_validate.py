@@ -155,3 +155,10 @@ def test_fifty_tasks_per_level_pass_validation(sandbox_settings: Settings, name:
     specs = [s for lvl in LEVELS for s in synthesize(name, lvl, n, seed="sweep")]
     bad = [(s.id, r.reason) for s, r in zip(specs, validate_all(sandbox_settings, specs), strict=True) if not r.ok]
     assert bad == []
+
+
+def test_many_small_files_are_too_large_for_the_workspace_not_an_infra_error(sandbox_settings: Settings) -> None:
+    # 34,000 one-byte files were 34 MB of archive, under the byte cap, but a page each in the tmpfs
+    spec = custom(files={f"f{i}.txt": "x" for i in range(34_000)})
+    result = validate_agent_free(sandbox_settings, spec)
+    assert not result.ok and (result.reason or "").startswith(v.TOO_LARGE), result.reason
