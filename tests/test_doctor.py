@@ -264,3 +264,15 @@ def test_the_thresholds_are_data() -> None:
     from appliance.doctor import CUDA_MIN_DRIVER
 
     assert CUDA_MIN_DRIVER[13] == 580 and CUDA_MIN_DRIVER[12] < 580
+
+
+def test_a_torch_that_cannot_be_asked_is_a_failed_check_not_a_crash(settings: Settings, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(fake_nvidia_smi(tmp_path / "bin", driver="580.95.05")))
+    settings.profile = "gpu"
+
+    def broken() -> dict:
+        raise RuntimeError("importing torch failed: ImportError: libcudart.so.13: cannot open shared object file")
+
+    c = check_gpus(settings, root=tmp_path, probe_torch=broken)
+    assert not c.ok and "driver 580.95.05" in c.detail and "libcudart.so.13" in c.detail and c.hint
