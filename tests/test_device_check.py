@@ -5,7 +5,6 @@ the GPU-only checks' code rehearsed on the CPU."""
 
 from __future__ import annotations
 
-import importlib.machinery
 import importlib.util
 import json
 import subprocess
@@ -19,11 +18,10 @@ SCRIPT = REPO / "scripts/device_check"
 GPU_ONLY = ["lifecycle", "oom", "nccl", "kernels"]
 
 
-def device_check_module():
-    loader = importlib.machinery.SourceFileLoader("device_check", str(SCRIPT))
-    spec = importlib.util.spec_from_loader("device_check", loader)
+def device_carry_module():
+    spec = importlib.util.spec_from_file_location("device_carry", REPO / "scripts/device_carry.py")
     module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
+    spec.loader.exec_module(module)
     return module
 
 
@@ -77,7 +75,7 @@ def test_the_gpu_only_checks_rehearse_on_the_cpu(tmp_path: Path) -> None:
 
 def test_carried_wheels_are_installed_and_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """On the GPU machine: the carried folder goes into a site folder first on the path, and is reported."""
-    dc = device_check_module()
+    dc = device_carry_module()
     wheels = tmp_path / "carry"
     wheels.mkdir()
     proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(wheels),
