@@ -40,7 +40,8 @@ nothing: the sandbox is removed, the workspace copied out sanitized |
   sandbox that does not come out clean is discarded (`SandboxNotClean`: the doing of the task or agent
   that ran there, never counted as the machine's failure). The scrub forks nothing, so a bomb holding
   every pid cannot stall it, and a zombie counts as dead. A rollout's sandbox without a door is scrubbed
-  the same way (processes only) before its workspace is copied out, so what the agent left running can
+  the same way (processes only, from a control shell opened before any task code ran) before its workspace
+  is copied out, so what the agent left running can
   neither change the tree during the copy nor starve the copy of pids. Validation keeps one scrubbed
   sandbox for up to `sandbox.validation_reuse` tasks (1: a new sandbox per task).
 - the verifier: never inside the agent's sandbox. It gets the final workspace with protected files put
@@ -48,12 +49,12 @@ nothing: the sandbox is removed, the workspace copied out sanitized |
   runs programs taken out, made read-only, and it is started from outside /workspace with a fixed
   environment. It is run the same way in validation and in rollouts.
 - the verdict (`judge`): a verifier runs the agent's code by design, as the agent's uid. Its pass/fail is
-  its exit status as read with waitpid by a launcher that is the top process of its own `podman exec
-  --user 0` (one per sandbox, spared by scrubs): root whose only capabilities are KILL, SETUID and SETGID
-  (the bounding set of a sandbox without a door; uid 1000 has none and cannot gain them), so no process
-  of the agent's uid may signal, ptrace or inspect it. The verifier is its child, dropped to uid 1000 and
-  run from an execute-only interpreter (mode 0711 copies under /usr/local/libexec/appliance), which the
-  kernel makes non-dumpable: no process of the sandbox may ptrace it, read its memory or open its
+  its exit status as read with waitpid by a launcher that is the top process of its own `podman exec --user
+  0 --privileged` (one per sandbox, spared by scrubs): root, which narrows itself at once to the
+  capabilities KILL, SETUID and SETGID (the container grants none: uid 1000 has none and cannot gain any),
+  so no process of the agent's uid may signal, ptrace or inspect it. The verifier is its child, dropped to
+  uid 1000 and run from an execute-only interpreter (mode 0711 copies under /usr/local/libexec/appliance),
+  which the kernel makes non-dumpable: no process of the sandbox may ptrace it, read its memory or open its
   descriptors. Each attack on the verdict, what stops it, and the test that tries it
   (tests/practice/test_verdict_attacks.py unless named):
   | attack | what stops it | test |
@@ -84,6 +85,17 @@ dropped, a repository found by a HEAD of any kind, non-regular config and HEAD r
 grafts removed, all recorded | tests/tasks/test_gitsafe.py |
   | shadow a module the verifier imports | planted standard-library names removed before the verdict | \
 test_hostile_agent.py |
+  | drive the appliance's shell: write commands into its pipe (/proc/<shell>/fd/10), or redefine in the \
+agent's shell what the scrub before the copy out relies on (`kill`, its variables) | the driving shells \
+run from the execute-only bash (non-dumpable: their descriptors are unreachable); a sandbox that will be \
+copied out is scrubbed from a control shell opened before any task code runs | \
+tests/sandbox/test_sandbox.py |
+  | take the host: a sparse file (`truncate -s 3G`), many small files, a deep tree | the copy out \
+archives sparse files as their blocks, reads the archive as a stream and counts logical bytes against \
+the workspace's cap (files past it left out and named), members capped at 20,000; a task's files \
+measured in tmpfs pages; tampering records capped | \
+test_a_sparse_file_costs_the_host_no_memory_and_is_recorded, \
+test_a_deep_tree_makes_a_bounded_tampering_record, test_validate.py |
   Code the verifier runs can make it fail, never pass.
 - fork bombs (`--pids-limit`), memory bombs (`--memory` = `--memory-swap`), CPU (`--cpus`), runaway
   commands (`timeout -s KILL` inside, per command), runaway sandboxes (`--timeout` lifetime: podman kills

@@ -5,10 +5,12 @@ Text that code can reach is no verdict: a persistent shell's stdout (with a sent
 out of the shell's memory) or the verifier's own stdout (inherited, or opened through /proc/PID/fd). So
 the verdict travels another way:
 
-- a `podman exec --user 0` whose top process is the launcher (one per sandbox, serving each verdict in
-  turn; image/judge-launcher.py): root with only KILL, SETUID and SETGID, so no process of the agent's
-  uid may signal it (`kill -STOP` included), ptrace it, or open its descriptors; its stdout pipe is held
-  by it and the container runtime alone;
+- a `podman exec --user 0 --privileged` whose top process is the launcher (one per sandbox, serving each
+  verdict in turn; image/judge-launcher.py): root, which first narrows its capabilities to KILL, SETUID
+  and SETGID (the container itself grants none: podman would hand a container's added capabilities to
+  its non-root user as ambient ones), so no process of the agent's uid may signal it (`kill -STOP`
+  included), ptrace it, or open its descriptors; its stdout pipe is held by it and the container
+  runtime alone; still under the container's seccomp filter and no-new-privileges;
 - the verifier runs as the launcher's child, dropped to the agent's uid, through an execute-only
   interpreter: it is not dumpable, so the code it runs can neither rewrite its exit status nor read its
   memory or descriptors; the launcher reads that status with waitpid;
@@ -71,7 +73,10 @@ class _Session:
     """The sandbox's launcher, kept for its next verifier run: one `podman exec` per sandbox, not per verdict."""
 
     def __init__(self, sb: SandboxAPI) -> None:
-        self.proc = subprocess.Popen([podman_bin(), "exec", "-i", "--user", "0", "-w", "/", sb.name, *LAUNCHER],
+        # (privileged: capabilities of this one process, which it narrows to KILL, SETUID and SETGID at once; the
+        # container grants none, so no other exec, the agent's included, ever has one)
+        self.proc = subprocess.Popen([podman_bin(), "exec", "-i", "--user", "0", "--privileged", "-w", "/", sb.name,
+                                      *LAUNCHER],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      env=podman_env(sb.settings), cwd=podman_cwd(sb.settings))
         self.buffer = b""

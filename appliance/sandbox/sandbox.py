@@ -88,7 +88,6 @@ if [ $__wiped = 0 ] && [ $__n = 0 ] && [ -w /workspace ]; then echo "wipe: clean
 else echo "wipe: left files (find exit $__wiped), $__n IPC objects"; fi"""
 
 AGENT_UID = 1000
-JUDGE_CAPS = "KILL,SETGID,SETUID"  # the verdict launcher's: signal anything, and start the verifier as AGENT_UID
 # timeout(1) puts itself and the command in a new process group; when it returns, whatever the command
 # left running in that group (a backgrounded fork bomb, a server holding stdout open) is killed too.
 # Only `kill` (a builtin) runs after the command, so this works even when the pids limit is exhausted.
@@ -162,6 +161,10 @@ class Sandbox:
         self.settings, self.name, self.workspace = settings, name, workspace
         self._door, self._socket_dir = door, socket_dir
         self._shell: Shell | None = None
+        # The scrub's own shell in a sandbox that will be copied out (opened before any task code runs): the
+        # agent's commands run in `shell()`, where they may redefine what a scrub relies on (`kill`, its
+        # variables), and a process bomb would keep a new one from starting.
+        self._control: Shell | None = None
         self._stopped = False
         self.on_stop: list[Callable[[], None]] = []
         # What the last copy out of the sandbox left out (FIFOs, devices, sockets, links out of the tree):
@@ -199,6 +202,8 @@ class Sandbox:
             _install_cleanup()
             sb._run(ref, labels or {})
             if contents is not None:
+                sb._control = Shell(sb)
+                sb._control.run("true", timeout=30)
                 sb.put_tar(contents)
             if listener is not None and not listener.ready.wait(10):
                 raise SandboxError(f"the model door relay in sandbox {name} did not come up within 10 s",
@@ -233,11 +238,6 @@ class Sandbox:
                 "--tmpfs", f"/workspace:rw,nosuid,nodev,size={workspace_bytes(self.settings)},mode=0755,U",
                 f"--cpus={s.cpus}", f"--user={AGENT_UID}:{AGENT_UID}",
                 f"--timeout={s.lifetime_s}", "--log-driver=none", "--hostname=sandbox", "--workdir=/workspace"]
-        if self._socket_dir is None:
-            # The verdict launcher's, in the bounding set only (sandbox/judge.py): `podman exec --user 0` gets
-            # them; the agent's uid has none and cannot gain them (no-new-privileges: no setuid bits, no file
-            # capabilities). A sandbox with a door runs an agent and a model, never a verifier.
-            args.insert(args.index("--cap-drop=ALL") + 1, f"--cap-add={JUDGE_CAPS}")
         if self._socket_dir is not None:
             args += ["--init", "-v", f"{self._socket_dir}:{DOOR_MOUNT}:ro"]
             cmd = ["python3", "/usr/local/bin/appliance-door", str(DOOR_PORT), f"{DOOR_MOUNT}/door.sock"]
@@ -380,11 +380,18 @@ class Sandbox:
         return dest
 
     def scrub(self, *, wipe: bool = True) -> None:
-        """Kill every process but PID 1 and the shell; with `wipe`, also empty every writable place, so the
-        sandbox is as clean as a new one. Raise SandboxError when it cannot (then discard the sandbox).
-        Only for sandboxes without a door (their PID 1 is the reaper)."""
+        """Kill every process but PID 1 and the shell it runs in; with `wipe`, also empty every writable place,
+        so the sandbox is as clean as a new one. Raise SandboxError when it cannot (then discard the sandbox).
+        Only for sandboxes without a door (their PID 1 is the reaper). In a sandbox that will be copied out
+        it runs in the control shell (the agent's shell dies with the rest)."""
         kill = KILL_ALL if not self.spared else KILL_ALL_BUT.replace("SPARED", " ".join(map(str, sorted(self.spared))))
-        r = self.shell().run(kill + ("\n" + WIPE if wipe else ""), timeout=30)
+        if self._control is not None and not self._control.pid:
+            if not self.alive():  # the container is gone: the machine's doing (killed, swept, past its lifetime)
+                raise SandboxError(f"sandbox {self.name} is gone: it cannot be scrubbed",
+                                   "an infra error: the rollout is excluded from training; check `podman ps -a`")
+            raise SandboxNotClean(f"sandbox {self.name}: a process inside killed the shell that scrubs it",
+                                  "the sandbox is discarded; what ran there did it")
+        r = (self._control or self.shell()).run(kill + ("\n" + WIPE if wipe else ""), timeout=30)
         if "kill: clean" not in r.stdout or (wipe and "wipe: clean" not in r.stdout):
             raise SandboxNotClean(f"sandbox {self.name} could not be cleaned: {(r.stdout + r.stderr).strip()[-300:]}",
                                "the sandbox is discarded; a new one is started")
@@ -395,8 +402,9 @@ class Sandbox:
             return
         self._stopped = True
         try:
-            if self._shell is not None:
-                self._shell.close()
+            for shell in (self._shell, self._control):
+                if shell is not None:
+                    shell.close()
             if not removed:
                 podman(self.settings, "rm", "-f", "-t", "0", "--ignore", self.name, check=False, timeout=120)
         finally:

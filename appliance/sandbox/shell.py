@@ -16,11 +16,17 @@ from collections.abc import Mapping
 from typing import IO, TYPE_CHECKING
 
 from appliance.errors import SandboxError
+from appliance.sandbox.judge import LIBEXEC
 from appliance.sandbox.podman import check_storage, podman, podman_bin, podman_cwd, podman_env
 from appliance.schemas import ExecResult
 
 if TYPE_CHECKING:
     from appliance.sandbox.sandbox import Sandbox
+
+# The execute-only copy of bash (sandbox/judge.py): the kernel makes the shell non-dumpable, so no process
+# of the sandbox may open its descriptors through /proc/PID/fd (the pipe it reads the appliance's commands
+# from, saved at fd 10 while a command runs) and queue commands of its own, or read its memory.
+SHELL = f"{LIBEXEC}/judge-bash"
 
 
 class Capture:
@@ -95,6 +101,7 @@ def pump(streams: Mapping[IO[bytes], Capture], deadline: float) -> bool:
 class Shell:
     """A persistent bash inside the sandbox: state (cwd, variables) carries over between commands.
 
+    It runs from an execute-only bash (SHELL): nothing in the sandbox can write into its command pipe.
     Each command is sent as an ANSI-C quoted string to `eval` (a syntax error cannot desynchronise the
     protocol), with stdin from /dev/null, followed by a random sentinel on stdout (with the exit code)
     and stderr. A command past its time limit kills the whole session (bash leads its own process
@@ -109,7 +116,7 @@ class Shell:
 
     def _open(self) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(
-            [podman_bin(), "exec", "-i", "-w", "/workspace", self._sb.name, "bash", "--noprofile", "--norc"],
+            [podman_bin(), "exec", "-i", "-w", "/workspace", self._sb.name, SHELL, "--noprofile", "--norc"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=podman_env(self._sb.settings),
             cwd=podman_cwd(self._sb.settings))
         assert proc.stdin and proc.stdout

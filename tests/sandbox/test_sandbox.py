@@ -132,6 +132,29 @@ def test_output_is_capped_and_memory_stays_bounded(sb: Sandbox, sandbox_settings
     assert sb.shell().run("echo next").stdout == "next\n"
 
 
+def test_code_in_the_sandbox_cannot_write_commands_into_the_driving_shell(sb: Sandbox) -> None:
+    # Issue 47: the shell reads the appliance's commands from a pipe; another process of the same uid (a
+    # task's setup) opened it through /proc/<shell>/fd/10 (bash's saved stdin while a command runs) and
+    # queued its own, e.g. functions that made the next validations in a reused sandbox decide wrongly
+    sh = sb.shell()
+    sh.run("bash -c 'for f in /proc/'$$'/fd/*; do case $f in */1|*/2) ;; *) "
+           "printf \"touch /tmp/injected\\n\" > $f;; esac; done' 2>/dev/null; echo done")
+    sh.run("true")
+    assert sh.run("test -e /tmp/injected").exit_code != 0
+    assert sh.run("echo ok").stdout == "ok\n"  # and the shell still works
+
+
+def test_a_poisoned_agent_shell_cannot_fake_the_scrub_before_the_copy_out(sandbox_settings: Settings,
+                                                                         tmp_path: Path) -> None:
+    # the agent's commands run in the sandbox's persistent shell, where they may redefine `kill` and freeze the
+    # scrub's own variables: the scrub before the copy out, run in that shell, reported clean having killed
+    # nothing (so what the agent left could change the tree during the copy, or starve it of pids)
+    with Sandbox.start(sandbox_settings, workspace=tmp_path) as box:
+        box.shell().run("setsid sleep 1000 & kill() { :; }; readonly __left=")
+        box.scrub(wipe=False)
+        assert "sleep 1000" not in box.exec("ps -eo args").stdout
+
+
 def test_put_and_get_files_and_trees(sb: Sandbox, tmp_path: Path) -> None:
     tree = tmp_path / "tree"
     (tree / "sub").mkdir(parents=True)

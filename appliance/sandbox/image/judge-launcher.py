@@ -1,10 +1,11 @@
 """The verifier's launcher inside a sandbox: the only process whose words the host takes as a verdict.
 
-Started by the host as the top process of its own `podman exec` (one per sandbox) as root, whose only
-capabilities are KILL, SETUID and SETGID (the container's bounding set; the agent's uid has none and
-cannot gain them: no-new-privileges). No process of the agent's uid may signal it (`kill -STOP` included),
-ptrace it, read its memory or open its descriptors; its stdin (the requests, verifiers' sources in them)
-and stdout (the verdicts) are pipes only it and the container runtime hold.
+Started by the host as the top process of its own `podman exec --user 0 --privileged` (one per sandbox),
+it first narrows itself to the capabilities KILL, SETUID and SETGID (bounding, permitted and effective
+sets: `confine`); the container grants none, so the agent's uid has none and cannot gain them
+(no-new-privileges). No process of the agent's uid may signal it (`kill -STOP` included), ptrace it,
+read its memory or open its descriptors; its stdin (the requests, verifiers' sources in them) and stdout
+(the verdicts) are pipes only it and the container runtime hold.
 
 It serves one sandbox: it prints its pid, then reads one JSON request per line on stdin ({"argv", "source",
 "timeout_s", "output_limit", "env", "spare"}) and for each forks the verifier, which drops to the agent's
@@ -35,6 +36,30 @@ LIBEXEC = "/usr/local/libexec/appliance"
 AGENT_UID = 1000  # the image's `agent` user: the verifier and the code it runs
 PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
 F_ADD_SEALS, F_SEAL_SEAL, F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_WRITE = 1033, 1, 2, 4, 8
+
+
+CAP_KILL, CAP_SETGID, CAP_SETUID, CAP_SETPCAP = 5, 6, 7, 8
+PR_CAPBSET_DROP, CAPABILITY_V3 = 24, 0x20080522
+KEEP = (1 << CAP_KILL) | (1 << CAP_SETGID) | (1 << CAP_SETUID)
+
+
+def confine():
+    """Keep only KILL (end what a verifier leaves), SETUID and SETGID (start it as the agent): drop the rest
+    from the bounding set (while SETPCAP allows it), then from the permitted and effective sets. True when
+    the process holds exactly those afterwards."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read())
+    for cap in sorted(range(last + 1), key=lambda c: c == CAP_SETPCAP):  # SETPCAP last: it allows the others
+        if not KEEP >> cap & 1:
+            libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(CAPABILITY_V3, 0)
+    data = (ctypes.c_uint32 * 6)(KEEP, KEEP, 0, 0, 0, 0)  # (effective, permitted, inheritable) x 2 words
+    if libc.capset(header, data) != 0:
+        return False
+    with open("/proc/self/status") as f:
+        caps = {k: int(v, 16) for k, v in (line.split(":\t") for line in f if line.startswith("Cap"))}
+    return caps["CapEff"] == caps["CapPrm"] == caps["CapBnd"] == KEEP and caps["CapAmb"] == 0
 
 
 def dumpable():
@@ -209,9 +234,10 @@ def main():
         # The image lost its execute-only interpreters: refuse rather than give a verdict that can be forged.
         print(json.dumps({"error": "the judge is dumpable (is /usr/local/libexec/appliance/judge-python3 mode 0711?)"}))
         return
-    if os.geteuid() != 0:
+    if os.geteuid() != 0 or not confine():
         # As the agent's uid it could be stopped or killed by the code the verifier runs.
-        print(json.dumps({"error": "the judge must start as root (podman exec --user 0) to leave the agent's reach"}))
+        print(json.dumps({"error": "the judge must start as privileged root (podman exec --user 0 --privileged) "
+                                   "to leave the agent's reach, and narrow itself to KILL, SETUID and SETGID"}))
         return
     out = sys.stdout
     out.write(f"{os.getpid()}\n")
