@@ -96,6 +96,8 @@ the workspace's cap (files past it left out and named), members capped at 20,000
 measured in tmpfs pages; tampering records capped | \
 test_a_sparse_file_costs_the_host_no_memory_and_is_recorded, \
 test_a_deep_tree_makes_a_bounded_tampering_record, test_validate.py |
+  | a self-proposed verifier that pays partial credit for any behaviour | a self-proposed task's failure \
+scores 0 (`tasks.verify.score_of`) | test_a_self_proposed_verifier_pays_no_partial_credit |
   Code the verifier runs can make it fail, never pass.
 - fork bombs (`--pids-limit`), memory bombs (`--memory` = `--memory-swap`), CPU (`--cpus`), runaway
   commands (`timeout -s KILL` inside, per command), runaway sandboxes (`--timeout` lifetime: podman kills

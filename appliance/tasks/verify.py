@@ -9,7 +9,8 @@ which reads the verifier's exit status with waitpid and its partial score from i
 
 What the verdict trusts: the verifier's own logic. Pass means its process exited 0 within its time
 limit. A pass scores 1.0; a failure scores the partial credit the verifier wrote to fd 3 (`SCORE=x`,
-the last one counts), at most FAILED_SCORE_MAX, so a failure always earns less than a pass. Nothing
+the last one counts), at most FAILED_SCORE_MAX, so a failure always earns less than a pass (and nothing
+for a self-proposed task, whose verifier the policy wrote). Nothing
 the workspace's code prints, and no text on any shared stream, enters the verdict.
 
 `verify_workspace` judges a rollout's final workspace in a new sandbox the agent never saw.
@@ -38,6 +39,8 @@ SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # A failing verifier's partial credit is capped here, strictly below a pass (1.0): the procedural
 # verifiers' ok/n of up to 9 checks stays as it is.
 FAILED_SCORE_MAX = 0.9
+# Tasks whose verifiers the policy wrote: pass or fail, no partial credit.
+NO_PARTIAL_CREDIT = frozenset({"self_proposed"})
 ANSWER_MAX_BYTES = 64 * 1024  # a question task's answer is a line or a few, not a file
 # A module the agent leaves under one of these names would run inside a Python verifier that imports it
 # from the workspace (`python3 test_x.py` puts the script's directory first on sys.path).
@@ -151,8 +154,12 @@ def partial_score(r: JudgeRun) -> float:
     return 0.0 if score is None else score
 
 
-def score_of(r: JudgeRun) -> float:
-    """1.0 for a pass; a failure's partial credit, capped below a pass."""
+def score_of(r: JudgeRun, spec: TaskSpec | None = None) -> float:
+    """1.0 for a pass; a failure's partial credit, capped below a pass. A failure of a task the policy
+    proposed scores 0: its verifier could pay partial credit for any behaviour (deleting files, leaving a
+    .bashrc) and still validate."""
+    if spec is not None and spec.source in NO_PARTIAL_CREDIT:
+        return 1.0 if passed(r) else 0.0
     return 1.0 if passed(r) else min(partial_score(r), FAILED_SCORE_MAX)
 
 
@@ -201,5 +208,5 @@ def verify_workspace(settings: Settings, spec: TaskSpec, workspace_dir: Path | s
         raise
     except ApplianceError as e:
         return VerifyResult(False, None, "", tampered, f"{type(e).__name__}: {e.message}", time.monotonic() - t0)
-    return VerifyResult(passed(r), score_of(r), output_of(r, spec.limits.verifier_timeout_s), tampered, None,
+    return VerifyResult(passed(r), score_of(r, spec), output_of(r, spec.limits.verifier_timeout_s), tampered, None,
                         time.monotonic() - t0, timed_out=r.timed_out)

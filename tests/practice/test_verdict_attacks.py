@@ -138,3 +138,13 @@ def test_a_deep_tree_makes_a_bounded_tampering_record(practice: Practice) -> Non
     assert r.outcome != Outcome.INFRA_ERROR, r.error
     assert len(r.error or "") < 16_000, len(r.error or "")
     assert any("(path too long)" in t for t in result.tampered), result.tampered[:3]
+
+
+def test_a_self_proposed_verifier_pays_no_partial_credit(practice: Practice) -> None:
+    # the policy writes self-proposed verifiers: one that pays 0.9 for anything (deleting files, leaving a
+    # .bashrc) passes validation (its untouched score is below its reference's 1.0) and rewards that behaviour
+    verify = "import os, sys\nos.write(3, b'SCORE=0.9\\n')\nsys.exit(0 if os.path.exists('done.txt') else 1)\n"
+    spec = TaskSpec(id="proposed-1", family="files", difficulty=2, instruction="Create done.txt.", verify=verify,
+                    verify_lang="python", solution="touch done.txt\n", source="self_proposed")
+    paid = attempt(practice, spec, "rm -rf ./*")
+    assert paid.rollout.outcome == Outcome.FAILURE and paid.rollout.reward == 0.0, paid.rollout.reward
