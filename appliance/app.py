@@ -72,8 +72,8 @@ def template_line(settings: Settings) -> str:
 
     facts = describe(settings.model_path)
     if facts.problem:  # the engine may still serve; demonstrations of this template would all be lost
-        return f"warning: {facts.summary()}; no demonstration can be made with it (`appliance doctor` says more)"
-    return facts.summary()
+        return f"warning: chat template {facts.summary()}; no demonstration can be made with it (`appliance doctor`)"
+    return f"chat template: {facts.summary()}"
 
 
 @contextmanager
@@ -121,6 +121,7 @@ def run_appliance(settings: Settings, *, iterations: int | None = None, headless
         # the lock first: a second process must not start an engine on the port or sweep the sandboxes
         with store.loop_lock(), services(settings, store, log) as svc:
             loop = Loop(settings, store, svc.engine, svc.practice, log, generate_text=policy_text(svc.engine))
+            steering = loop.start_steering()  # the heartbeat: controls are answered whatever phase runs
             sched = scheduler.start(loop)
             try:
                 if not headless:  # the TUI is a window onto the run: closing it leaves the run going
@@ -145,6 +146,7 @@ def run_appliance(settings: Settings, *, iterations: int | None = None, headless
                 grace = time.monotonic() + STOP_GRACE_S
                 while scheduler.busy.is_set() and time.monotonic() < grace:
                     time.sleep(0.2)
+                steering.stop()  # last: a request made from now on hears at once that no loop runs
             return loop.run.id
     finally:
         signal.signal(signal.SIGTERM, previous)

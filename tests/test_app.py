@@ -26,7 +26,7 @@ def test_start_up_says_what_the_chat_template_is(tmp_path: Path) -> None:
     if not (bundled / "tokenizer.json").exists():
         pytest.skip(f"the bundled model is not converted at {bundled}: run scripts/setup")
     settings = load_settings(environ={"APPLIANCE_HOME": str(tmp_path), "APPLIANCE_ENGINE__MODEL": str(bundled)})
-    assert template_line(settings).startswith("chat template (")
+    assert template_line(settings).startswith("chat template: ChatML")
     empty = tmp_path / "empty"
     empty.mkdir()
     settings = load_settings(environ={"APPLIANCE_HOME": str(tmp_path), "APPLIANCE_ENGINE__MODEL": str(empty)})

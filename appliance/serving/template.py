@@ -147,12 +147,12 @@ class TemplateFacts:
 
     def summary(self) -> str:
         if self.problem:
-            return f"chat template ({self.source}): {self.problem}"
+            return f"from {self.source}: {self.problem}"
         stable = ("prefix-stable: a conversation is one training sequence" if self.prefix_stable else
                   "not prefix-stable: a demonstration is one training sequence per turn")
         ends = ", ".join(self.end_of_turn) or "no end-of-turn token known (answers end at their text)"
         markers = "has {% generation %} markers" if self.generation_markers else "no generation markers"
-        return f"chat template ({self.source}): {self.family}; {stable}; turns end with {ends}; {markers} (not needed)"
+        return f"{self.family}, from {self.source}; {stable}; turns end with {ends}; {markers} (not needed)"
 
 
 def describe(model_path: Path) -> TemplateFacts:
