@@ -6,41 +6,33 @@ restart) redoes only what the store does not show as done, because each phase is
 (`appliance.phases`). The engine restores the weights the store says it served, so a restart serves the
 right policy. A phase's failure uses up one of `loop.phase_attempts` (`appliance.attempts`).
 
-Controls (pause, resume, step, stop after iteration) are answered at the top of each tick, the loop's
-only safe point; `appliance.control` documents the contract.
+Controls are answered by the steering thread (`start_steering`: a heartbeat about every second, whatever
+phase runs) and at each tick (`appliance.control`); they take effect between phases and before each
+rollout starts (`PhaseContext.safe_point`): a pause holds new rollouts back, a stop now starts none.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from appliance.attempts import Attempts
 from appliance.config import Settings
-from appliance.control import answer_pending
+from appliance.control import BEAT_S, Steering, answer_pending, phase_answer
 from appliance.demonstrations import ChatTokenizer
 from appliance.errors import Interrupted, StoreBusy
-from appliance.phases import (
-    BASELINE_PHASES,
-    PHASE_TABLE,
-    PHASES,
-    GenerateText,
-    PhaseContext,
-    PhaseFn,
-    practice_ends_at,
-)
+from appliance.phases import BASELINE_PHASES, PHASE_TABLE, PHASES, GenerateText, PhaseContext, PhaseFn
+from appliance.phases.context import PhaseProgress
+from appliance.phases.practise import in_training_window, no_time_to_train
 from appliance.practice import Practice
 from appliance.schemas import ControlCommand, ControlStatus, Event, IterationStatus, Phase, Run, RunStatus, Split
 from appliance.seams import Engine
 from appliance.store import Store
 from appliance.tasks.families import FAMILIES
 from appliance.tasks.heldout import heldout_tasks
-
-# what an iteration needs before its LEARN under a deadline: synthesize and validate (~1 min on the cpu
-# profile after the warm-start's) and a few groups of practice
-ITERATION_LEAD_S = 300.0
 
 
 @dataclass
@@ -55,13 +47,16 @@ class Loop:
     phases: Mapping[Phase, PhaseFn] = field(default_factory=lambda: PHASE_TABLE)
     step_pending: bool = field(default=False, init=False)  # a `step` answered while paused: one phase runs
     stop_after: bool = field(default=False, init=False)  # a `stop-after-iteration` answered in this process
+    in_phase: bool = field(default=False, init=False)  # a phase is in flight (its progress is the context's)
 
     def __post_init__(self) -> None:
+        self._answering = threading.Lock()  # the steering thread and a tick answer one request once
         self.families = self.settings.loop.families or list(FAMILIES)
         self.attempts = Attempts(self.settings.loop.phase_attempts)
         self.run = self.ensure_run()
         self.context = PhaseContext(self.settings, self.store, self.run.id, self.engine, self.practice,
-                                    self.families, self.log, self.generate_text, self.chat_tokenizer)
+                                    self.families, self.log, self.generate_text, self.chat_tokenizer,
+                                    held=self._held)
 
     def ensure_run(self) -> Run:
         """Continue the latest unfinished run, or start a new one with its held-out set fixed."""
@@ -100,10 +95,24 @@ class Loop:
             self.log(f"the loop waits: {e.message} ({e.hint})")
             return False
 
+    def start_steering(self, interval_s: float = BEAT_S) -> Steering:
+        """The heartbeat and the answering, in a thread of this process; `stop()` it when the loop ends."""
+        return Steering(self.store, self.run.id, self.answer_controls, self.progress, interval_s=interval_s,
+                        log=self.log).start()
+
+    def answer_controls(self) -> None:
+        with self._answering:
+            for answered in answer_pending(self.store, self.run.id, step=self._request_step,
+                                          stop_after_iteration=self._request_stop, pause=self._pausing,
+                                          stop_now=self._stopping_now):
+                self.event(self.run.id, "control", f"{answered.command}: {answered.result}")
+
+    def progress(self) -> dict[str, object] | None:
+        """The phase in flight's progress (None between phases), for the heartbeat."""
+        return self.context.progress.as_dict() if self.in_phase else None
+
     def _tick(self) -> bool:
-        for answered in answer_pending(self.store, self.run.id, step=self._request_step,
-                                      stop_after_iteration=self._request_stop):
-            self.event(self.run.id, "control", f"{answered.command}: {answered.result}")
+        self.answer_controls()
         run = self.store.get_run(self.run.id)
         if run.status != RunStatus.RUNNING and not (run.status == RunStatus.PAUSED and self.step_pending):
             return False
@@ -111,7 +120,7 @@ class Loop:
         current = next((it for it in iterations if it.status != IterationStatus.DONE), None)
         if current is None:
             done = len(iterations) - 1  # iteration 0 is the baseline
-            late = done >= 0 and self._no_time_to_train()
+            late = done >= 0 and no_time_to_train(self.settings, self.store, run.id)
             if done >= self.settings.loop.iterations or self._stop_requested() or late:
                 word = "stopped" if self._stop_requested() else "done"
                 self.store.set_run_status(run.id, RunStatus.STOPPED if word == "stopped" else RunStatus.DONE)
@@ -123,12 +132,15 @@ class Loop:
             self.store.set_iteration_phase(run.id, current.index, current.phase)
         if current.status == IterationStatus.FAILED:
             self.store.set_iteration_status(run.id, current.index, IterationStatus.RUNNING)
-        if current.phase in (Phase.PRACTISE, Phase.TRAIN) and not self._in_window():
+        window = self.settings.loop.training_window
+        if current.phase in (Phase.PRACTISE, Phase.TRAIN) and not in_training_window(window):
             return False
         order = BASELINE_PHASES if current.index == 0 else PHASES
         where: dict[str, object] = {"iteration": current.index, "phase": str(current.phase)}
         self.store.add_event(Event("phase", str(current.phase), run.id, {"iteration": current.index}))
         t0 = time.monotonic()
+        self.context.progress = PhaseProgress(str(current.phase), current.index)
+        self.in_phase = True
         try:
             self.phases[current.phase](self.context, current.index)
         except Interrupted as e:
@@ -141,6 +153,8 @@ class Loop:
             if self.attempts.failed(self.store, run.id, current.index, str(current.phase), e, self.log):
                 return False
             raise
+        finally:
+            self.in_phase = False
         self.attempts.succeeded()
         self.event(run.id, "info", f"iteration {current.index}: {current.phase} done", time.monotonic() - t0, **where)
         nxt = order.index(current.phase) + 1
@@ -156,6 +170,17 @@ class Loop:
     def _request_stop(self) -> None:
         self.stop_after = True
 
+    def _held(self) -> bool:
+        """A pause holds the phase in flight at its next safe point (a step lets it go on to its end)."""
+        return not self.step_pending and self.store.get_run(self.run.id).status == RunStatus.PAUSED
+
+    def _pausing(self) -> str | None:
+        return phase_answer(ControlCommand.PAUSE, self.progress())
+
+    def _stopping_now(self) -> str | None:
+        self.context.stop_now.set()
+        return phase_answer(ControlCommand.STOP_NOW, self.progress())
+
     def _stop_requested(self) -> bool:
         """A stop-after-iteration answered since this run last (re)started counts, also across a restart."""
         if self.stop_after:
@@ -163,16 +188,3 @@ class Loop:
         since = self.store.get_run(self.run.id).updated_at
         return any(c.command == ControlCommand.STOP_AFTER_ITERATION and c.status == ControlStatus.DONE
                    and (c.acked_at or 0) >= since for c in self.store.controls(self.run.id))
-
-    def _no_time_to_train(self) -> bool:
-        """Past `loop.deadline`, less a LEARN's time and a few minutes to synthesize, validate and practise."""
-        ends_at = practice_ends_at(self.settings, self.store, self.run.id)
-        return ends_at is not None and time.time() + ITERATION_LEAD_S >= ends_at
-
-    def _in_window(self) -> bool:
-        window = self.settings.loop.training_window
-        if not window:
-            return True
-        start, end = (dt.time.fromisoformat(t.strip()) for t in window.split("-"))
-        now = dt.datetime.now().time()
-        return start <= now < end if start <= end else now >= start or now < end

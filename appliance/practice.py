@@ -26,6 +26,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -235,9 +236,19 @@ def _run_builtin(practice: Practice, spec: TaskSpec, shell: Any, token: str, *, 
     return run_builtin(request_of(spec.instruction, spec.answer), shell, client, limits)
 
 
-def run_rollouts(practice: Practice, work: list[tuple[TaskSpec, Rollout]]) -> list[RolloutResult]:
-    """Run many pending rollouts concurrently (the sandbox pool caps how many are alive at once)."""
+def run_rollouts(practice: Practice, work: list[tuple[TaskSpec, Rollout]], *,
+                 slot: Callable[[str], AbstractContextManager[None]] | None = None) -> list[RolloutResult]:
+    """Run many pending rollouts concurrently (the sandbox pool caps how many are alive at once). `slot(id)`,
+    when given, is entered before each rollout starts and left when it ends: the loop's safe point (it may
+    hold the start while the run is paused, or raise Interrupted to start no more) and its count in flight."""
     if not work:
         return []
+
+    def one(w: tuple[TaskSpec, Rollout]) -> RolloutResult:
+        if slot is None:
+            return run_rollout(practice, *w)
+        with slot(w[1].id):
+            return run_rollout(practice, *w)
+
     with ThreadPoolExecutor(max_workers=practice.pool.max_concurrent) as ex:
-        return list(ex.map(lambda w: run_rollout(practice, *w), work))
+        return list(ex.map(one, work))

@@ -47,11 +47,16 @@ def test_pause_is_answered_by_the_loop(store: Store) -> None:
     assert store.get_run("r").status == RunStatus.PAUSED
 
 
-def test_no_answer_expires_the_request(store: Store) -> None:
+def test_a_loop_that_dies_while_asked_has_the_request_withdrawn(store: Store) -> None:
     store.create_run("r", {})
-    with pytest.raises(ControlError, match="no loop answered") as e:
-        control.request(store, "pause", timeout_s=0.05, poll_s=0.01)
-    assert "appliance run" in e.value.hint
+    ControlConsumer(store, "r")  # alive when asked (one beat), then it never answers nor beats again
+
+    def die(_: float) -> None:  # the heartbeat goes stale while the requester waits
+        store.conn.execute("UPDATE heartbeat SET beat_at = beat_at - ?", (control.LIVE_S + 1,))
+
+    with pytest.raises(ControlError, match="no loop answered .* heartbeat .* old") as e:
+        control.request(store, "pause", timeout_s=15, poll_s=0.01, sleep=die)
+    assert "appliance run" in e.value.hint and "withdrawn" in e.value.hint
     (expired,) = store.controls("r")
     assert expired.status == ControlStatus.EXPIRED
     assert store.pending_controls("r") == []
@@ -59,8 +64,17 @@ def test_no_answer_expires_the_request(store: Store) -> None:
     assert store.ack_control(expired.id, "paused") is False
 
 
+def test_no_live_loop_queues_nothing(store: Store) -> None:
+    store.create_run("r", {})
+    with pytest.raises(ControlError, match="no loop is running run 'r'") as e:
+        control.request(store, "pause", timeout_s=0.05, poll_s=0.01)
+    assert "appliance run" in e.value.hint
+    assert store.controls("r") == []
+
+
 def test_refusal_is_reported(store: Store) -> None:
     store.create_run("r", {})
+    ControlConsumer(store, "r")  # a live heartbeat; the answers come from `refuse`
 
     def refuse(_: float) -> None:
         for c in store.pending_controls("r"):
@@ -78,7 +92,29 @@ def test_cli_pause_without_a_run(settings, store: Store) -> None:
 
 def test_cli_stop_no_wait_queues_the_request(settings, store: Store) -> None:
     store.create_run("r", {})
+    ControlConsumer(store, "r")  # a live loop to queue it for
     result = CliRunner().invoke(main, ["stop", "--no-wait", "--json"], env={"APPLIANCE_HOME": str(settings.home)})
     assert result.exit_code == 0, result.output
     assert '"command": "stop_after_iteration"' in result.output
     assert [c.command for c in store.pending_controls("r")] == [ControlCommand.STOP_AFTER_ITERATION]
+
+
+def test_cli_stop_now_is_answered_by_the_live_loop(settings, store: Store) -> None:
+    store.create_run("r", {})
+    consumer = ControlConsumer(store, "r")
+    done = consumer.run_in_thread(interval_s=0.02)
+    try:
+        result = CliRunner().invoke(main, ["stop", "--now"], env={"APPLIANCE_HOME": str(settings.home)})
+    finally:
+        done.set()
+    assert result.exit_code == 0, result.output
+    assert "stop_now run r: done" in result.output
+    assert consumer.stopped_now and store.get_run("r").status == RunStatus.STOPPED
+
+
+def test_cli_stop_without_a_live_loop_says_so_at_once(settings, store: Store) -> None:
+    store.create_run("r", {})
+    result = CliRunner().invoke(main, ["stop", "--now", "--timeout", "60"], env={"APPLIANCE_HOME": str(settings.home)})
+    assert result.exit_code == 1
+    assert "no loop is running run 'r'" in result.output and "appliance run" in result.output
+    assert store.controls("r") == []

@@ -93,31 +93,57 @@ def tui(ctx: click.Context, run_id: str | None, refresh_s: float) -> None:
     run_tui(settings_of(ctx), run_id=run_id, refresh_s=refresh_s)
 
 
+def _control_options(f: Any) -> Any:
+    for option in reversed([
+        click.option("--run", "run_id", default=None, help="Run to control (default: the newest)."),
+        click.option("--timeout", "timeout_s", type=click.FloatRange(0.1), default=15.0, show_default=True,
+                     help="Seconds to wait at most for the live loop's answer (it answers within a second or "
+                          "two; with no live loop the command says so at once)."),
+        click.option("--no-wait", is_flag=True, help="Queue the request for the live loop and return at once."),
+        click.option("--json", "as_json", is_flag=True, help="Print the answered request as JSON."),
+    ]):
+        f = option(f)
+    return f
+
+
+def _send(ctx: click.Context, command: str, run_id: str | None, timeout_s: float, no_wait: bool,
+          as_json: bool) -> None:
+    from dataclasses import asdict
+
+    from appliance.control import request
+
+    with open_store(settings_of(ctx)) as store:
+        answered = request(store, command, run_id=run_id, timeout_s=timeout_s, wait=not no_wait)
+    emit(asdict(answered), as_json,
+         lambda d: echo(f"{d['command']} run {d['run_id']}: {d['status']}"
+                        + (f" ({d['result']})" if d["result"] else "")))
+
+
 def _control_command(command: str, name: str, help_text: str) -> None:
     @main.command(name, help=help_text)
-    @click.option("--run", "run_id", default=None, help="Run to control (default: the newest).")
-    @click.option("--timeout", "timeout_s", type=click.FloatRange(0.1), default=15.0, show_default=True,
-                  help="Seconds to wait for the loop to answer.")
-    @click.option("--no-wait", is_flag=True, help="Queue the request and return without waiting for the loop.")
-    @click.option("--json", "as_json", is_flag=True, help="Print the answered request as JSON.")
+    @_control_options
     @click.pass_context
     @friendly_errors
     def cmd(ctx: click.Context, run_id: str | None, timeout_s: float, no_wait: bool, as_json: bool) -> None:
-        from dataclasses import asdict
-
-        from appliance.control import request
-
-        with open_store(settings_of(ctx)) as store:
-            answered = request(store, command, run_id=run_id, timeout_s=timeout_s, wait=not no_wait)
-        emit(asdict(answered), as_json,
-             lambda d: echo(f"{d['command']} run {d['run_id']}: {d['status']}"
-                                  + (f" ({d['result']})" if d["result"] else "")))
+        _send(ctx, command, run_id, timeout_s, no_wait, as_json)
 
 
-_control_command("pause", "pause", "Pause the running loop at its next safe point.")
-_control_command("resume", "resume", "Resume a paused loop.")
+_control_command("pause", "pause", "Pause the running loop: no new rollout starts (those in flight finish); "
+                 "a phase without rollouts runs to its end first.")
+_control_command("resume", "resume", "Resume a paused loop where it was.")
 _control_command("step", "step", "Run one phase of a paused loop, then pause again.")
-_control_command("stop_after_iteration", "stop", "Stop the loop when the current iteration ends.")
+
+
+@main.command("stop")
+@click.option("--now", is_flag=True,
+              help="Stop at the next safe point instead (no new rollout starts; those in flight finish): "
+                   "`appliance run` ends as on SIGTERM, and continues the run when run again.")
+@_control_options
+@click.pass_context
+@friendly_errors
+def stop(ctx: click.Context, now: bool, run_id: str | None, timeout_s: float, no_wait: bool, as_json: bool) -> None:
+    """Stop the loop when the current iteration ends (--now: at the next safe point)."""
+    _send(ctx, "stop_now" if now else "stop_after_iteration", run_id, timeout_s, no_wait, as_json)
 
 
 @main.command()

@@ -6,8 +6,12 @@ names; a test builds its own and calls the phase function directly.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
 
 from appliance.config import Settings
 from appliance.demonstrations import ChatTokenizer, chat_tokenizer
@@ -18,6 +22,45 @@ from appliance.seams import Engine, PolicyText
 from appliance.store import Store
 
 GenerateText = PolicyText  # the policy writing text: report analysis, self-proposal
+HOLD_POLL_S = 0.2  # how often a rollout held back by a pause looks again
+
+
+@dataclass
+class PhaseProgress:
+    """The phase in flight, as `appliance status` shows it (the loop's heartbeat carries it): rollouts done of
+    those it has drawn so far (finished before a restart included), those running now, since when."""
+
+    phase: str = ""
+    iteration: int = -1
+    started_at: float = field(default_factory=time.time)
+    done: int = 0
+    total: int = 0
+    in_flight: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, total: int, done: int) -> None:
+        with self._lock:
+            self.total += total
+            self.done += done
+
+    def as_dict(self) -> dict[str, Any]:
+        with self._lock:
+            return {"phase": self.phase, "iteration": self.iteration, "started_at": self.started_at,
+                    "elapsed_s": round(time.time() - self.started_at, 1), "done": self.done, "total": self.total,
+                    "in_flight": self.in_flight}
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        with self._lock:
+            self.in_flight += 1
+        finished = False
+        try:
+            yield
+            finished = True
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+                self.done += finished
 
 
 @dataclass
@@ -31,6 +74,11 @@ class PhaseContext:
     log: Callable[[str], None] = print
     generate_text: GenerateText | None = None  # None: no analysis, no self-proposal
     chat_tokenizer: ChatTokenizer | None = None  # demonstrations' tokenizer; None until needed: the served model's
+    # the loop's controls at the phase's safe points: `held()` while a pause holds new rollouts back;
+    # `stop_now` once `appliance stop --now` asked to start nothing more
+    held: Callable[[], bool] = lambda: False
+    stop_now: threading.Event = field(default_factory=threading.Event)
+    progress: PhaseProgress = field(default_factory=PhaseProgress)
 
     def event(self, kind: str, message: str, duration_s: float | None = None, **data: object) -> None:
         self.store.add_event(Event(kind, message, self.run_id, dict(data), duration_s))
@@ -57,3 +105,21 @@ class PhaseContext:
         """Raise Interrupted when a shutdown began while `what` ran: its failures are the shutdown's."""
         if self.practice.stopping.is_set():
             raise Interrupted(f"{what} ran into the shutdown")
+
+    def safe_point(self, what: str) -> None:
+        """Before `what` starts: raise Interrupted on a stop (it does not start; the next start does it),
+        wait while a pause holds the phase (what runs meanwhile finishes and is recorded)."""
+        while True:
+            if self.stop_now.is_set():
+                raise Interrupted(f"{what} not started: `appliance stop --now`")
+            self.check_stopping(what)
+            if not self.held():
+                return
+            self.stop_now.wait(HOLD_POLL_S)
+
+    @contextmanager
+    def rollout_slot(self, rollout_id: str) -> Iterator[None]:
+        """Around one rollout (`practice.run_rollouts`): its safe point first, then counted in flight and done."""
+        self.safe_point(f"rollout {rollout_id}")
+        with self.progress.running():
+            yield

@@ -9,6 +9,7 @@ left before the deadline, so the iteration still trains on what was practised.
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 
 from appliance.config import Settings
@@ -20,6 +21,9 @@ from appliance.tasks import TaskSpec
 from appliance.tasks.pool import record_band
 
 Work = list[tuple[TaskSpec, str]]  # (task, rollout id)
+# what an iteration needs before its LEARN under a deadline: synthesize and validate (~1 min on the cpu
+# profile after the warm-start's) and a few groups of practice
+ITERATION_LEAD_S = 300.0
 
 
 def run_pending(ctx: PhaseContext, work: Work) -> None:
@@ -32,7 +36,9 @@ def run_pending(ctx: PhaseContext, work: Work) -> None:
             r = ctx.store.get_rollout(rollout_id)
         if r.status == RolloutStatus.PENDING:
             todo.append((spec, r))
-    run_rollouts(ctx.practice, todo)
+    ctx.progress.add(total=len(work), done=len(work) - len(todo))
+    # each rollout passes the loop's safe point as it starts: a pause holds the rest back, a stop starts none
+    run_rollouts(ctx.practice, todo, slot=ctx.rollout_slot)
 
 
 def practise(ctx: PhaseContext, index: int) -> None:
@@ -146,3 +152,19 @@ def practice_ends_at(settings: Settings, store: Store, run_id: str) -> float | N
 def past(ends_at: float | None) -> bool:
     """Whether the wall clock has reached `ends_at` (never, for None)."""
     return ends_at is not None and time.time() >= ends_at
+
+
+def no_time_to_train(settings: Settings, store: Store, run_id: str) -> bool:
+    """Past `loop.deadline`, less a LEARN's time and a few minutes to synthesize, validate and practise: the
+    loop starts no other iteration."""
+    ends_at = practice_ends_at(settings, store, run_id)
+    return ends_at is not None and time.time() + ITERATION_LEAD_S >= ends_at
+
+
+def in_training_window(window: str | None) -> bool:
+    """Whether now is inside `loop.training_window` ("HH:MM-HH:MM", across midnight too; None: always)."""
+    if not window:
+        return True
+    start, end = (dt.time.fromisoformat(t.strip()) for t in window.split("-"))
+    now = dt.datetime.now().time()
+    return start <= now < end if start <= end else now >= start or now < end

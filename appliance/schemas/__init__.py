@@ -296,6 +296,7 @@ class ControlCommand(StrEnum):
     RESUME = "resume"  # paused -> running
     STEP = "step"  # while paused: run the next phase, then pause again
     STOP_AFTER_ITERATION = "stop_after_iteration"  # finish the current iteration, then stop
+    STOP_NOW = "stop_now"  # stop at the phase's next safe point; the process ends, `appliance run` continues
 
 
 class ControlStatus(StrEnum):
@@ -303,6 +304,21 @@ class ControlStatus(StrEnum):
     DONE = "done"  # the loop acted on it; `result` says what it did
     REFUSED = "refused"  # the loop could not act on it; `result` says why
     EXPIRED = "expired"  # no loop answered before the requester gave up
+
+
+@dataclass(slots=True)
+class Heartbeat:
+    """The live loop's last beat (`appliance.control.Steering`): which run, which process, when, and the
+    progress of the phase in flight (None between phases)."""
+
+    run_id: str
+    pid: int
+    started_at: float
+    beat_at: float
+    progress: dict[str, Any] | None = None
+
+    def age_s(self, at: float) -> float:
+        return max(0.0, at - self.beat_at)
 
 
 @dataclass(slots=True)

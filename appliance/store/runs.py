@@ -11,6 +11,7 @@ from appliance.schemas import (
     Control,
     ControlCommand,
     ControlStatus,
+    Heartbeat,
     Iteration,
     IterationStatus,
     Phase,
@@ -125,3 +126,29 @@ class RunRecords(Database):
         """Newest first: the history the TUI's controls screen shows."""
         found = self.conn.execute("SELECT * FROM controls WHERE run_id = ? ORDER BY id DESC LIMIT ?", (run_id, limit))
         return [records.control(r) for r in found]
+
+    def expire_pending_controls(self, run_id: str, result: str) -> int:
+        """Withdraw the run's pending requests (a live loop starting: they were made while none answered, and
+        acting on them now would be acting late); returns how many."""
+        with self.write() as c:
+            cur = c.execute("UPDATE controls SET status = ?, result = ?, acked_at = ? WHERE run_id = ? AND status = ?",
+                            (ControlStatus.EXPIRED, result, now(), run_id, ControlStatus.PENDING))
+            return cur.rowcount
+
+    # --- the live loop's heartbeat ----------------------------------------------------------------
+    def beat(self, run_id: str, pid: int, started_at: float, progress: dict[str, Any] | None) -> None:
+        with self.write() as c:
+            c.execute("INSERT OR REPLACE INTO heartbeat (id, run_id, pid, started_at, beat_at, progress) "
+                      "VALUES (1,?,?,?,?,?)", (run_id, pid, started_at, now(), records.to_json(progress)))
+
+    def heartbeat(self) -> Heartbeat | None:
+        row = self.one("SELECT * FROM heartbeat WHERE id = 1")
+        if row is None:
+            return None
+        progress = records.from_json(row["progress"]) if row["progress"] else None
+        return Heartbeat(row["run_id"], row["pid"], row["started_at"], row["beat_at"], progress)
+
+    def end_heartbeat(self, pid: int) -> None:
+        """The loop in process `pid` ended: no loop answers any more (another's beat is left alone)."""
+        with self.write() as c:
+            c.execute("DELETE FROM heartbeat WHERE pid = ?", (pid,))

@@ -242,3 +242,17 @@ def m012_demonstration_sequences(db: sqlite_utils.Database) -> None:
     # A chat template that is not prefix-stable (Qwen3, Llama 3.2) makes a demonstration one training
     # sequence per turn (appliance.serving.template): `lengths` says where each ends in token_ids (NULL: one).
     db.executescript("ALTER TABLE demonstrations ADD COLUMN lengths BLOB;")
+
+
+@migrations()
+def m013_loop_heartbeat(db: sqlite_utils.Database) -> None:
+    # The live loop's heartbeat (`appliance.control.Steering`): one row, rewritten about every second by a
+    # thread of `appliance run` whatever phase runs, with the phase's progress. A requester decides from it
+    # whether a loop is alive (absent or stale: none is, and nothing is queued), not from a timeout.
+    db.executescript(
+        """
+        CREATE TABLE heartbeat (
+            id INTEGER PRIMARY KEY CHECK (id = 1), run_id TEXT NOT NULL, pid INTEGER NOT NULL,
+            started_at REAL NOT NULL, beat_at REAL NOT NULL, progress TEXT);
+        """
+    )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 
 from appliance.control import answer_pending
 from appliance.schemas import Phase
@@ -14,16 +16,28 @@ class ControlConsumer:
 
     What the loop would do next is imitated: `step` moves the current iteration on by one phase at once
     (the run stays paused); `stop_after_iteration` is remembered (`stop_requested`), as the loop stops
-    only at the iteration's end.
+    only at the iteration's end; `stop_now` stops the run at once (`stopped_now`). Like the live loop it
+    keeps a heartbeat: one beat when made and one each poll, so a requester sees a loop alive.
     """
 
     def __init__(self, store: Store, run_id: str) -> None:
         self.store = store
         self.run_id = run_id
         self.stop_requested = False
+        self.stopped_now = False
+        self.started_at = time.time()
+        self.beat()
+
+    def beat(self) -> None:
+        self.store.beat(self.run_id, os.getpid(), self.started_at, None)
 
     def poll_once(self) -> int:
-        return len(answer_pending(self.store, self.run_id, step=self._step, stop_after_iteration=self._stop))
+        self.beat()
+        return len(answer_pending(self.store, self.run_id, step=self._step, stop_after_iteration=self._stop,
+                                  stop_now=self._stop_now))
+
+    def _stop_now(self) -> None:
+        self.stopped_now = True
 
     def _step(self) -> None:
         its = self.store.iterations(self.run_id)

@@ -7,10 +7,16 @@ without a sandbox, an engine or a proxy.
 
 from __future__ import annotations
 
+import threading
+import time
+from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 from appliance.phases import PhaseContext, PhaseFn
-from appliance.schemas import Phase
+from appliance.phases.practise import run_pending
+from appliance.schemas import Outcome, Phase, Rollout, RolloutStatus
+from appliance.store import Store
 
 BASELINE_RUN = [(Phase.EVALUATE, 0), (Phase.DIAGNOSE, 0)]
 ITERATION_1_RUN = [(p, 1) for p in (Phase.SYNTHESIZE, Phase.VALIDATE, Phase.PRACTISE, Phase.TRAIN, Phase.EVALUATE,
@@ -38,3 +44,36 @@ class RecordedPhases(dict[Phase, PhaseFn]):
                 self.faults[phase](index)
             self.ran.append((phase, index))
         return run
+
+
+def rollouts_phase(n: int, purpose: str = "eval") -> PhaseFn:
+    """A long stand-in phase: n rollouts of the iteration (fixed ids, so a rerun finds them) through the
+    phases' own resumable path (`phases.practise.run_pending`), with its safe points; pair it with
+    `SlowRollouts` in place of `appliance.practice.run_rollout`."""
+    def run(ctx: PhaseContext, index: int) -> None:
+        work: list[tuple[Any, str]] = []
+        for k in range(n):  # as `practice.new_rollout` makes them: idempotent on the id
+            rid = f"{ctx.run_id}.{purpose}{index}.{k}"
+            ctx.store.add_rollout(Rollout(rid, ctx.run_id, None, None, index, "builtin", 0, RolloutStatus.PENDING,
+                                          purpose))
+            work.append((None, rid))
+        run_pending(ctx, work)
+    return run
+
+
+class SlowRollouts:
+    """Stands in for `appliance.practice.run_rollout`: each rollout runs `seconds` and succeeds, recorded in
+    the store as a real one is; `started` counts the starts of each id (a rollout run twice shows 2)."""
+
+    def __init__(self, store: Store, seconds: float) -> None:
+        self.store, self.seconds = store, seconds
+        self.started: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def __call__(self, _practice: object, _spec: object, rollout: Rollout) -> Rollout:
+        with self._lock:
+            self.started[rollout.id] += 1
+        self.store.start_rollout(rollout.id)
+        time.sleep(self.seconds)
+        self.store.finish_rollout(rollout.id, Outcome.SUCCESS, 1.0)
+        return self.store.get_rollout(rollout.id)  # what the phases read is the store, not this

@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import pytest
 
 from appliance.config import Settings
-from appliance.loop import ITERATION_LEAD_S, Loop
+from appliance.loop import Loop
 from appliance.phases import practise as practise_phase
-from appliance.phases.practise import group_chunks, learn_reserve_s, practice_ends_at
+from appliance.phases.practise import ITERATION_LEAD_S, group_chunks, learn_reserve_s, practice_ends_at
 from appliance.schemas import Event, Outcome, RunStatus, Split, Task, TaskStatus
 from appliance.store import Store
 from appliance.testing import FakeEngine
@@ -58,7 +58,7 @@ def practise_six_tasks(settings: Settings, store: Store, monkeypatch: pytest.Mon
     settings.loop.deadline = at(600 + practice_s)
     ran: list[str] = []
 
-    def practise_for_100_s(practice, work):
+    def practise_for_100_s(practice, work, **_):
         for _, r in work:
             ran.append(r.id)
             store.start_rollout(r.id)

@@ -32,7 +32,7 @@ def test_the_practise_phase_draws_more_for_groups_without_signal_and_resumes_a_c
     scores = {"t1": [0.0, 0.0, 0.0, 1.0], "t2": [0.0, 1.0], "t3": [1.0] * 8}  # by task: rewards in draw order
     ran: list[str] = []
 
-    def fake_run(practice, work):
+    def fake_run(practice, work, **_):
         for _, r in work:
             ran.append(r.id)
             k = int(r.id.rsplit(".", 1)[1])

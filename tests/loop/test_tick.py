@@ -5,7 +5,9 @@ phase's own work is tested in its room, and end to end by test_kill_and_resume.p
 from __future__ import annotations
 
 import datetime as dt
+import os
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -27,8 +29,12 @@ def loop(settings: Settings, store: Store) -> Loop:
     settings.loop.iterations = 1
     settings.loop.families = ["files"]
     practice = SimpleNamespace(stopping=threading.Event())  # the recorders use no sandbox and no proxy
-    return Loop(settings, store, FakeEngine(), practice,  # type: ignore[arg-type]
+    loop = Loop(settings, store, FakeEngine(), practice,  # type: ignore[arg-type]
                 log=lambda _: None, phases=RecordedPhases())
+    # one heartbeat, as the live loop's steering thread keeps it: `control.request` asks only a live loop;
+    # here the loop answers in the requester's wait, by ticking (test_steering.py has the thread)
+    store.beat(loop.run.id, os.getpid(), time.time(), None)
+    return loop
 
 
 def ticks(loop: Loop, n: int = 100) -> list[bool]:

@@ -1,0 +1,159 @@
+"""Steering that answers while a phase runs: a real Loop ticking in its own thread through a long stand-in
+phase (rollouts that take a while each, through the phases' own resumable path), its steering thread
+keeping the heartbeat, and requests made as `appliance pause|resume|stop` makes them."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from types import SimpleNamespace
+
+import pytest
+
+from appliance import control, practice
+from appliance.config import Settings
+from appliance.control import ControlError
+from appliance.loop import Loop
+from appliance.schemas import ControlCommand, ControlStatus, Phase, RolloutStatus, RunStatus
+from appliance.store import Store
+from appliance.testing import FakeEngine
+from appliance.testing.phases import RecordedPhases, SlowRollouts, rollouts_phase
+
+N = 12  # rollouts in the stand-in evaluation
+BEAT = 0.05
+
+
+def make_loop(settings: Settings, store: Store) -> Loop:
+    phases = RecordedPhases()
+    phases[Phase.EVALUATE] = rollouts_phase(N)
+    stand_in = SimpleNamespace(stopping=threading.Event(), pool=SimpleNamespace(max_concurrent=2))
+    return Loop(settings, store, FakeEngine(), stand_in, log=lambda _: None,  # type: ignore[arg-type]
+                phases=phases)
+
+
+@pytest.fixture
+def rollouts(monkeypatch: pytest.MonkeyPatch, store: Store) -> SlowRollouts:
+    slow = SlowRollouts(store, seconds=0.3)
+    monkeypatch.setattr(practice, "run_rollout", slow)
+    return slow
+
+
+@pytest.fixture
+def loop(settings: Settings, store: Store) -> Iterator[Loop]:
+    settings.loop.iterations = 1
+    settings.loop.families = ["files"]
+    loop = make_loop(settings, store)
+    steering = loop.start_steering(interval_s=BEAT)
+    yield loop
+    steering.stop()
+
+
+def ticking(loop: Loop) -> threading.Thread:
+    """The first tick (the baseline's EVALUATE, the long phase) in a thread, as the scheduler runs it."""
+    t = threading.Thread(target=loop.tick, daemon=True)
+    t.start()
+    return t
+
+
+def wait_for(what: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not what():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.02)
+
+
+def finished(store: Store, run_id: str) -> int:
+    return sum(r.status == RolloutStatus.FINISHED for r in store.rollouts(run_id, iteration=0, purpose="eval"))
+
+
+def test_a_request_is_answered_within_a_second_while_a_phase_runs(loop: Loop, store: Store,
+                                                                   rollouts: SlowRollouts) -> None:
+    """Before, the loop answered only between phases: a stop asked during a long phase timed out."""
+    tick = ticking(loop)
+    wait_for(lambda: sum(rollouts.started.values()) >= 1)
+    t0 = time.monotonic()
+    answered = control.request(store, "stop_after_iteration", timeout_s=5)
+    assert time.monotonic() - t0 < 1.5
+    assert answered.status == ControlStatus.DONE
+    assert tick.is_alive()  # answered by the steering thread, not at the end of the phase
+    tick.join(timeout=30)
+
+
+def test_no_live_loop_is_said_at_once_and_nothing_is_queued(settings: Settings, store: Store) -> None:
+    settings.loop.families = ["files"]
+    loop = make_loop(settings, store)  # a loop that was never started keeps no heartbeat
+    t0 = time.monotonic()
+    with pytest.raises(ControlError, match="no loop is running run .* no `appliance run` keeps a heartbeat") as e:
+        control.request(store, "pause", timeout_s=15)
+    assert time.monotonic() - t0 < 1.0  # decided from the heartbeat, not from the timeout
+    assert "appliance run" in e.value.hint
+    assert store.pending_controls(loop.run.id) == []
+    steering = loop.start_steering(interval_s=BEAT)
+    steering.stop()  # the loop ended: its heartbeat goes with it
+    with pytest.raises(ControlError, match="no loop is running"):
+        control.request(store, "pause")
+    assert store.pending_controls(loop.run.id) == []
+
+
+def test_a_request_left_pending_is_withdrawn_when_a_loop_starts(settings: Settings, store: Store) -> None:
+    settings.loop.families = ["files"]
+    loop = make_loop(settings, store)
+    left = store.request_control(loop.run.id, ControlCommand.PAUSE)  # e.g. a loop died before answering
+    steering = loop.start_steering(interval_s=BEAT)
+    try:
+        assert store.get_control(left.id).status == ControlStatus.EXPIRED
+        time.sleep(5 * BEAT)
+        assert store.get_run(loop.run.id).status == RunStatus.RUNNING  # not acted on late
+    finally:
+        steering.stop()
+
+
+def test_pause_holds_new_rollouts_and_resume_goes_on_from_there(loop: Loop, store: Store,
+                                                                 rollouts: SlowRollouts) -> None:
+    run_id = loop.run.id
+    tick = ticking(loop)
+    wait_for(lambda: finished(store, run_id) >= 2)
+    t0 = time.monotonic()
+    answered = control.request(store, "pause", timeout_s=5)
+    assert time.monotonic() - t0 < 1.5
+    assert answered.result is not None and answered.result.startswith("pausing: no new rollouts start; ")
+    assert answered.result.endswith(" in flight finish")
+    assert store.get_run(run_id).status == RunStatus.PAUSED
+    # those in flight finish and are recorded; no new one starts while paused
+    wait_for(lambda: not any(r.status == RolloutStatus.RUNNING for r in store.rollouts(run_id, iteration=0)))
+    held = sum(rollouts.started.values())
+    time.sleep(1.0)  # three rollouts' time
+    assert sum(rollouts.started.values()) == held < N
+    assert finished(store, run_id) == held
+    assert tick.is_alive()  # the phase waits at its safe point: nothing to redo on resume
+    resumed = control.request(store, "resume", timeout_s=5)
+    assert resumed.result == "running"
+    tick.join(timeout=30)
+    assert not tick.is_alive()
+    assert finished(store, run_id) == N
+    assert set(rollouts.started.values()) == {1}  # every rollout ran once
+    assert loop.phases.ran == [] and store.iterations(run_id)[0].phase == Phase.DIAGNOSE  # the phase ended
+
+
+def test_stop_now_stops_at_the_next_safe_point_and_the_run_continues(settings: Settings, loop: Loop,
+                                                                      store: Store, rollouts: SlowRollouts) -> None:
+    run_id = loop.run.id
+    tick = ticking(loop)
+    wait_for(lambda: finished(store, run_id) >= 2)
+    answered = control.request(store, "stop_now", timeout_s=5)
+    assert answered.result is not None and answered.result.startswith("stopping: no new rollouts start; ")
+    tick.join(timeout=30)
+    assert not tick.is_alive()  # the phase returned: what was in flight finished, nothing new started
+    assert store.get_run(run_id).status == RunStatus.STOPPED and loop.finished()  # `appliance run` ends
+    done = finished(store, run_id)
+    assert 2 <= done < N and sum(rollouts.started.values()) == done
+    assert not any(r.status == RolloutStatus.RUNNING for r in store.rollouts(run_id, iteration=0))
+    assert store.iterations(run_id)[0].phase == Phase.EVALUATE  # it goes on there
+
+    again = make_loop(settings, store)  # `appliance run` again: the same run, from there
+    assert again.run.id == run_id and store.get_run(run_id).status == RunStatus.RUNNING
+    assert again.tick() is True
+    assert finished(store, run_id) == N
+    assert set(rollouts.started.values()) == {1}  # no rollout recorded twice
+
