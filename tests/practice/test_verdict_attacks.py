@@ -12,6 +12,7 @@ import pytest
 from appliance.practice import Practice
 from appliance.schemas import Outcome
 from appliance.tasks import Limits, TaskSpec
+from appliance.tasks.compose import compose
 from appliance.tasks.families import generate
 from practice.conftest import attempt  # tests/practice/conftest.py
 
@@ -148,3 +149,31 @@ def test_a_self_proposed_verifier_pays_no_partial_credit(practice: Practice) -> 
                     verify_lang="python", solution="touch done.txt\n", source="self_proposed")
     paid = attempt(practice, spec, "rm -rf ./*")
     assert paid.rollout.outcome == Outcome.FAILURE and paid.rollout.reward == 0.0, paid.rollout.reward
+
+
+# What one planted module did to a composite with a pyfix part: it read the other part's expectation off the
+# composite verifier's command line, wrote it into the workspace, and exited 0 on import.
+PLANTED = r'''import glob, os, re
+for f in glob.glob('/proc/[0-9]*/cmdline'):
+    try:
+        found = re.search(r'HIDDEN-[0-9a-f]{8}', open(f, 'rb').read().decode(errors='replace'))
+    except OSError:
+        continue
+    if found:
+        os.chmod('/workspace', 0o755)
+        open('/workspace/code.txt', 'w').write(found.group(0) + '\n')
+        break
+os._exit(0)
+'''
+
+
+def test_a_planted_module_passes_no_part_of_a_composite(practice: Practice) -> None:
+    fix = generate("pyfix", 3, random.Random(47))
+    code = TaskSpec(id="code-file", family="files", difficulty=2, instruction="Write the code into code.txt.",
+                    verify="import sys\nsys.exit(0 if open('code.txt').read().strip() == 'HIDDEN-5e2b71c0' else 1)\n",
+                    verify_lang="python", solution="echo HIDDEN-5e2b71c0 > code.txt\n")
+    both = compose(fix, code, random.Random(0))
+    assert both is not None
+    planted = attempt(practice, both, f"cat > {_module(fix)} <<'PY'\n{PLANTED}PY")
+    r = planted.rollout
+    assert r.outcome == Outcome.FAILURE and r.reward == 0.0, (r.reward, r.error, planted.verifier_output)
