@@ -121,7 +121,8 @@ def run_appliance(settings: Settings, *, iterations: int | None = None, headless
         # the lock first: a second process must not start an engine on the port or sweep the sandboxes
         with store.loop_lock(), services(settings, store, log) as svc:
             loop = Loop(settings, store, svc.engine, svc.practice, log, generate_text=policy_text(svc.engine))
-            steering = loop.start_steering()  # the heartbeat: controls are answered whatever phase runs
+            # the heartbeat: controls are answered whatever phase runs; `stop --now` ends it as SIGTERM does
+            steering = loop.start_steering(on_stop_now=stop.set)
             sched = scheduler.start(loop)
             try:
                 if not headless:  # the TUI is a window onto the run: closing it leaves the run going

@@ -51,6 +51,7 @@ class Loop:
 
     def __post_init__(self) -> None:
         self._answering = threading.Lock()  # the steering thread and a tick answer one request once
+        self.on_stop_now: Callable[[], None] | None = None
         self.families = self.settings.loop.families or list(FAMILIES)
         self.attempts = Attempts(self.settings.loop.phase_attempts)
         self.run = self.ensure_run()
@@ -95,8 +96,10 @@ class Loop:
             self.log(f"the loop waits: {e.message} ({e.hint})")
             return False
 
-    def start_steering(self, interval_s: float = BEAT_S) -> Steering:
-        """The heartbeat and the answering, in a thread of this process; `stop()` it when the loop ends."""
+    def start_steering(self, interval_s: float = BEAT_S, on_stop_now: Callable[[], None] | None = None) -> Steering:
+        """The heartbeat and the answering, in a thread of this process; `stop()` it when the loop ends.
+        `on_stop_now`: what ends the process on `appliance stop --now` (`appliance run`: SIGTERM's path)."""
+        self.on_stop_now = on_stop_now
         return Steering(self.store, self.run.id, self.answer_controls, self.progress, interval_s=interval_s,
                         log=self.log).start()
 
@@ -179,6 +182,8 @@ class Loop:
 
     def _stopping_now(self) -> str | None:
         self.context.stop_now.set()
+        if self.on_stop_now is not None:
+            self.on_stop_now()
         return phase_answer(ControlCommand.STOP_NOW, self.progress())
 
     def _stop_requested(self) -> bool:

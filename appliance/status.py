@@ -1,11 +1,15 @@
-"""What `appliance status` shows: the latest run, its iterations, the engine and row counts, from the store."""
+"""What `appliance status` shows: the latest run, its iterations, the live loop (its heartbeat, the phase in
+flight's progress, the pending request), the engine and row counts, from the store."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from appliance.config import Settings
+from appliance.control import loop_alive
 from appliance.lineage import served, served_line
+from appliance.schemas import Run
 from appliance.store import Store
 
 
@@ -20,7 +24,37 @@ def read_status(settings: Settings) -> dict[str, Any]:
             {"index": it.index, "phase": str(it.phase), "status": str(it.status), "policy_version": it.policy_version}
             for it in (store.iterations(run.id) if run else [])
         ],
+        "loop": loop_status(store, run),
         "engine": {"state": str(state), "policy_version": version, "weights": weights},
         "model": {**served(store), "line": served_line(store)},
         "counts": store.counts(),
     }
+
+
+def loop_status(store: Store, run: Run | None) -> dict[str, Any]:
+    """The loop running `run`, by its heartbeat: alive or not (and why not), the progress of the phase in flight
+    (rollouts done of those drawn, in flight, elapsed; None between phases) and the requests it has not
+    answered yet, with one line for a person."""
+    at = time.time()
+    beat = store.heartbeat()
+    alive, why = loop_alive(store, run.id, at) if run else (False, "there is no run")
+    pending = [{"id": c.id, "command": str(c.command), "age_s": round(at - c.created_at, 1)}
+               for c in (store.pending_controls(run.id) if run else [])]
+    progress = beat.progress if alive and beat is not None else None
+    if not alive:
+        line = f"loop: none running ({why})"
+    else:
+        assert beat is not None  # alive: it beat
+        line = f"loop: pid {beat.pid}, heartbeat {beat.age_s(at):.0f} s ago"
+        if progress:
+            minutes, seconds = divmod(int(progress["elapsed_s"]), 60)
+            line += (f"; {progress['phase']} of iteration {progress['iteration']}: {progress['done']}/"
+                     f"{progress['total']} rollouts done, {progress['in_flight']} in flight, "
+                     f"{minutes}:{seconds:02d} elapsed")
+        else:
+            line += "; between phases"
+    if pending:
+        line += "; pending: " + ", ".join(str(p["command"]) for p in pending)
+    return {"alive": alive, "run_id": beat.run_id if beat else None, "pid": beat.pid if beat else None,
+            "heartbeat_age_s": round(beat.age_s(at), 1) if beat else None, "progress": progress,
+            "pending": pending, "line": line}

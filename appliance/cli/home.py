@@ -129,6 +129,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
         echo(f"run: {run['id']} ({run['status']})" if run else "run: none yet (start one with `appliance run`)")
         for it in d["iterations"]:
             echo(f"  iteration {it['index']}: {it['phase']} {it['status']}")
+        echo(d["loop"]["line"])
         echo(f"engine: {d['engine']['state']} (policy version {d['engine']['policy_version']})")
         echo(d["model"]["line"])
         echo("rows: " + ", ".join(f"{k} {v}" for k, v in d["counts"].items()))

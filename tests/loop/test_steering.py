@@ -16,6 +16,7 @@ from appliance.config import Settings
 from appliance.control import ControlError
 from appliance.loop import Loop
 from appliance.schemas import ControlCommand, ControlStatus, Phase, RolloutStatus, RunStatus
+from appliance.status import read_status
 from appliance.store import Store
 from appliance.testing import FakeEngine
 from appliance.testing.phases import RecordedPhases, SlowRollouts, rollouts_phase
@@ -141,7 +142,10 @@ def test_stop_now_stops_at_the_next_safe_point_and_the_run_continues(settings: S
     run_id = loop.run.id
     tick = ticking(loop)
     wait_for(lambda: finished(store, run_id) >= 2)
+    ended = threading.Event()
+    loop.on_stop_now = ended.set  # `appliance run` ends by SIGTERM's path
     answered = control.request(store, "stop_now", timeout_s=5)
+    assert ended.is_set()
     assert answered.result is not None and answered.result.startswith("stopping: no new rollouts start; ")
     tick.join(timeout=30)
     assert not tick.is_alive()  # the phase returned: what was in flight finished, nothing new started
@@ -157,3 +161,32 @@ def test_stop_now_stops_at_the_next_safe_point_and_the_run_continues(settings: S
     assert finished(store, run_id) == N
     assert set(rollouts.started.values()) == {1}  # no rollout recorded twice
 
+
+
+def test_status_shows_the_phase_in_flight(settings: Settings, loop: Loop, store: Store,
+                                          rollouts: SlowRollouts) -> None:
+    run_id = loop.run.id
+    tick = ticking(loop)
+    wait_for(lambda: finished(store, run_id) >= 2)
+    control.request(store, "pause", timeout_s=5)
+    wait_for(lambda: (read_status(settings)["loop"] or {}).get("progress", {}).get("in_flight") == 0)
+    status = read_status(settings)["loop"]
+    assert status["alive"] is True and status["run_id"] == run_id
+    progress = status["progress"]
+    assert (progress["phase"], progress["iteration"], progress["total"]) == ("evaluate", 0, N)
+    assert progress["done"] == finished(store, run_id) and progress["elapsed_s"] > 0
+    control.request(store, "resume", timeout_s=5)
+    tick.join(timeout=30)
+    time.sleep(3 * BEAT)
+    assert read_status(settings)["loop"]["progress"] is None  # between phases
+    assert "between phases" in read_status(settings)["loop"]["line"]
+
+
+def test_status_says_no_loop_runs_and_names_a_pending_request(settings: Settings, store: Store) -> None:
+    settings.loop.families = ["files"]
+    loop = make_loop(settings, store)
+    store.request_control(loop.run.id, ControlCommand.PAUSE)  # left by a loop that died
+    status = read_status(settings)["loop"]
+    assert status["alive"] is False and status["progress"] is None
+    assert [p["command"] for p in status["pending"]] == ["pause"]
+    assert status["line"] == "loop: none running (no `appliance run` keeps a heartbeat in this store); pending: pause"
