@@ -52,19 +52,40 @@ def image_exists(settings: Settings, ref: str | None = None) -> bool:
     return proc.returncode == 0
 
 
-def apt_sources(apt_dir: Path = APT_DIR) -> Path:
-    """The sources file apt itself uses, so mmdebstrap reaches the same (possibly local) mirror.
+DEBIAN_MIRROR = "http://deb.debian.org/debian"  # APPLIANCE_DEBIAN_MIRROR names another (as scripts/container)
+DEBIAN_SECURITY_MIRROR = "http://deb.debian.org/debian-security"  # APPLIANCE_DEBIAN_SECURITY_MIRROR; "none": left out
+DEBIAN_KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 
-    Debian's images name it debian.sources; an mmdebstrap rootfs (our container's cpu base) 0000debian.sources.
-    """
+
+def apt_sources(apt_dir: Path = APT_DIR, generated: Path | None = None) -> Path:
+    """The Debian sources mmdebstrap builds the rootfs from: the host's own where they are Debian's, so a local
+    mirror stays in use (Debian's images name the file debian.sources, an mmdebstrap rootfs 0000debian.sources);
+    on a host whose sources are Ubuntu's (most GPU clouds: its archive has no bookworm) Debian's mirror instead,
+    written to `generated`."""
     candidates = [apt_dir / "sources.list.d" / "debian.sources",
                   *sorted((apt_dir / "sources.list.d").glob("*.sources")),
                   apt_dir / "sources.list", *sorted((apt_dir / "sources.list.d").glob("*.list"))]
     for path in candidates:
-        if path.is_file() and path.read_text().strip():
+        if path.is_file() and (text := path.read_text()).strip() and "ubuntu" not in text.lower():
             return path
-    raise SetupError(f"no Debian apt sources found (looked for {apt_dir}/sources.list and {apt_dir}/sources.list.d/*)",
-                     "configure apt so `apt-get update` works; the sandbox image is built from its mirror")
+    if generated is None:
+        raise SetupError(f"no Debian apt sources found (looked for {apt_dir}/sources.list and "
+                         f"{apt_dir}/sources.list.d/*)", "configure apt so `apt-get update` works; the sandbox "
+                         "image is built from its mirror")
+    if not DEBIAN_KEYRING.is_file():
+        raise SetupError(f"this host's apt sources are not Debian's and there is no Debian archive keyring at "
+                         f"{DEBIAN_KEYRING}", "apt-get install debian-archive-keyring (Ubuntu has it in universe), "
+                         "then run `appliance init` again")
+    mirror = os.environ.get("APPLIANCE_DEBIAN_MIRROR", DEBIAN_MIRROR)
+    security = os.environ.get("APPLIANCE_DEBIAN_SECURITY_MIRROR", DEBIAN_SECURITY_MIRROR)
+    stanzas = [f"Types: deb\nURIs: {mirror}\nSuites: {SUITE} {SUITE}-updates\nComponents: main\n"
+               f"Signed-By: {DEBIAN_KEYRING}\n"]
+    if security != "none":
+        stanzas.append(f"Types: deb\nURIs: {security}\nSuites: {SUITE}-security\nComponents: main\n"
+                       f"Signed-By: {DEBIAN_KEYRING}\n")
+    generated.parent.mkdir(parents=True, exist_ok=True)
+    generated.write_text("\n".join(stanzas))
+    return generated
 
 
 def rootfs_key(sources: Path) -> str:
@@ -73,9 +94,9 @@ def rootfs_key(sources: Path) -> str:
 
 
 def rootfs_tarball(settings: Settings, log: Callable[[str], None] = print) -> Path:
-    sources = apt_sources()
-    key = rootfs_key(sources)
     cache = settings.home / "cache"
+    sources = apt_sources(generated=cache / "debian.sources")
+    key = rootfs_key(sources)
     tar = cache / f"sandbox-rootfs-{key}.tar"
     if tar.exists():
         return tar

@@ -63,3 +63,29 @@ def test_apt_sources_found_as_debian_images_and_mmdebstrap_name_them(tmp_path: P
     assert apt_sources(tmp_path / "apt").name == "0000debian.sources"  # an mmdebstrap rootfs
     (d / "debian.sources").write_text("Types: deb\nURIs: http://mirror/debian\n")
     assert apt_sources(tmp_path / "apt").name == "debian.sources"  # Debian's images
+
+
+def test_an_ubuntu_hosts_sources_give_way_to_debians_mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: an Ubuntu host's sources (its archive, which has no bookworm) were handed to mmdebstrap, and
+    `appliance init` failed there; the container's base had the same fault (scripts/container)."""
+    from appliance.errors import SetupError
+
+    apt = tmp_path / "apt"
+    (apt / "sources.list.d").mkdir(parents=True)
+    (apt / "sources.list.d" / "ubuntu.sources").write_text(
+        "Types: deb\nURIs: http://archive.ubuntu.com/ubuntu/\nSuites: noble noble-updates\nComponents: main\n")
+    (apt / "sources.list").write_text("deb http://archive.ubuntu.com/ubuntu/ jammy main\n")
+    keyring = tmp_path / "debian-archive-keyring.gpg"
+    keyring.write_bytes(b"key")
+    monkeypatch.setattr(image_mod, "DEBIAN_KEYRING", keyring)
+    monkeypatch.setenv("APPLIANCE_DEBIAN_MIRROR", "http://mirror.local/debian")
+    monkeypatch.delenv("APPLIANCE_DEBIAN_SECURITY_MIRROR", raising=False)
+    made = image_mod.apt_sources(apt, generated=tmp_path / "cache" / "debian.sources")
+    text = made.read_text()
+    assert made == tmp_path / "cache" / "debian.sources" and "archive.ubuntu.com" not in text
+    assert "URIs: http://mirror.local/debian\nSuites: bookworm bookworm-updates" in text
+    assert "bookworm-security" in text and f"Signed-By: {keyring}" in text
+    keyring.unlink()
+    with pytest.raises(SetupError, match="no Debian archive keyring") as e:
+        image_mod.apt_sources(apt, generated=tmp_path / "cache" / "debian.sources")
+    assert "debian-archive-keyring" in e.value.hint
