@@ -177,8 +177,11 @@ def phase_answer(command: ControlCommand, progress: dict[str, Any] | None) -> st
     if progress is None:
         return None
     phase = progress["phase"]
-    if phase in ROLLOUT_PHASES:
+    if phase in ROLLOUT_PHASES and command == ControlCommand.PAUSE:
         doing = f"no new rollouts start; {progress['in_flight']} in flight finish"
+    elif phase in ROLLOUT_PHASES:  # `appliance run` waits for them as long as SIGTERM's stop does (app.STOP_GRACE_S)
+        doing = (f"no new rollouts start; {progress['in_flight']} in flight finish within the stop's grace, or "
+                 "run again at the next start")
     elif command == ControlCommand.PAUSE:
         doing = f"the {phase} phase in flight has no safe point inside; it runs to its end first"
     else:

@@ -292,7 +292,7 @@ class Checkpoint:
 class ControlCommand(StrEnum):
     """What a person can ask of a running loop (from the TUI or `appliance pause|resume|step|stop`)."""
 
-    PAUSE = "pause"  # finish the unit of work in hand, then wait (run status -> paused)
+    PAUSE = "pause"  # start no new rollout (those in flight finish), then wait (run status -> paused)
     RESUME = "resume"  # paused -> running
     STEP = "step"  # while paused: run the next phase, then pause again
     STOP_AFTER_ITERATION = "stop_after_iteration"  # finish the current iteration, then stop

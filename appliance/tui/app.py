@@ -32,9 +32,10 @@ from appliance.tui.tasks import TasksScreen
 from appliance.tui.trajectory import Decoder
 
 StoreFactory = Callable[[], Store]
-# The loop answers a control request at its safe point, the end of the phase it is in: minutes, on a GPU
-# run sometimes more. Until then the request shows as pending on the controls screen.
-CONTROL_TIMEOUT_S = 1800.0
+# The live loop's steering thread answers a control request within a beat or two, whatever phase runs;
+# with no live loop (no fresh heartbeat) `control.request` says so at once. This bounds a loop that is
+# alive but stuck on the store.
+CONTROL_TIMEOUT_S = 60.0
 
 
 class ApplianceApp(App):

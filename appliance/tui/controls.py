@@ -23,6 +23,7 @@ LABELS = {
     ControlCommand.RESUME: ("r", "resume"),
     ControlCommand.STEP: ("s", "step one phase"),
     ControlCommand.STOP_AFTER_ITERATION: ("x", "stop after this iteration"),
+    ControlCommand.STOP_NOW: ("X", "stop now, at the next safe point (`appliance run` continues the run)"),
 }
 
 
@@ -41,6 +42,7 @@ class ControlsScreen(PollingScreen):
         Binding("r", "request('resume')", "Resume"),
         Binding("s", "request('step')", "Step"),
         Binding("x", "request('stop_after_iteration')", "Stop after it."),
+        Binding("X", "request('stop_now')", "Stop now"),
     ]
 
     def compose(self) -> ComposeResult:
@@ -90,7 +92,7 @@ class ControlsScreen(PollingScreen):
 
     async def _send(self, command: ControlCommand) -> None:
         app = self.appliance
-        self.notify("the loop answers when its current phase ends; the request shows below until then",
+        self.notify("the live loop answers within a second or two; the request shows below until then",
                     title=f"{command} requested", timeout=4)
         try:
             answered = await asyncio.to_thread(control.request, app.open_store(), command, run_id=app.run_id,

@@ -39,6 +39,22 @@ async def test_pause_then_the_loop_reports_paused(recorded_store, make_app, sett
         stop.set()
 
 
+async def test_stop_now_behind_its_confirmation(recorded_store, make_app, settle) -> None:
+    consumer = ControlConsumer(recorded_store, "demo")
+    stop = consumer.run_in_thread()
+    try:
+        app = make_app(recorded_store)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot, "5", "X")
+            assert app.screen.__class__.__name__ == "ConfirmScreen"
+            await settle(pilot, "y")
+            assert consumer.stopped_now and recorded_store.get_run("demo").status == RunStatus.STOPPED
+            (answered,) = recorded_store.controls("demo")
+            assert (answered.command, answered.status) == ("stop_now", ControlStatus.DONE)
+    finally:
+        stop.set()
+
+
 async def test_no_cancels_and_nothing_is_sent(recorded_store, make_app, settle) -> None:
     app = make_app(recorded_store)
     async with app.run_test(size=(80, 24)) as pilot:
