@@ -5,7 +5,8 @@ LEARN trains (SFT on the demonstrations, the RL step on practice), the canary ch
 trained version is published and `appliance export` writes it. LoRA and full fine-tune both appear.
 
 The run is tests/small_run.py's (one family, two tasks, one training step): about four minutes a case on two
-cores, so the matrix is six cases, not ten: every family once, Qwen2.5 in both modes."""
+cores, so the matrix is five cases, not ten: every family once, three with a LoRA adapter and two in full (a
+sixth, Qwen2.5 in full, passed too but CI's 90 minutes have little room)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,7 @@ from tiny_model import FAMILIES, make_family_model  # tests/tiny_model.py
 
 pytestmark = pytest.mark.slow
 
-CASES = [("qwen2_5", "lora"), ("qwen2_5", "full"), ("qwen3", "lora"), ("llama3_1", "full"), ("gemma3", "full"),
-         ("phi3_5", "lora")]
+CASES = [("qwen2_5", "lora"), ("qwen3", "lora"), ("llama3_1", "full"), ("gemma3", "full"), ("phi3_5", "lora")]
 
 
 def appliance(env: dict[str, str], *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
