@@ -190,3 +190,35 @@ def test_status_says_no_loop_runs_and_names_a_pending_request(settings: Settings
     assert status["alive"] is False and status["progress"] is None
     assert [p["command"] for p in status["pending"]] == ["pause"]
     assert status["line"] == "loop: none running (no `appliance run` keeps a heartbeat in this store); pending: pause"
+
+
+def test_appliance_run_ends_on_stop_now_and_leaves_no_heartbeat(settings: Settings, store: Store,
+                                                                 rollouts: SlowRollouts,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run_appliance` itself, its services stood in for: `stop --now` ends it by SIGTERM's path, its heartbeat
+    goes with it (a request made then hears at once that no loop runs), and no rollout ran twice."""
+    import contextlib
+
+    from appliance import app
+
+    settings.loop.iterations, settings.loop.families, settings.loop.tick_s = 1, ["files"], 0.1
+    stand_in = SimpleNamespace(stopping=threading.Event(), pool=SimpleNamespace(max_concurrent=2))
+    phases = RecordedPhases()
+    phases[Phase.EVALUATE] = rollouts_phase(N)
+    monkeypatch.setattr(app, "services", lambda *_: contextlib.nullcontext(SimpleNamespace(
+        engine=FakeEngine(), practice=stand_in)))
+    monkeypatch.setattr(app, "Loop", lambda *a, **k: Loop(*a, **k, phases=phases))
+    asked: list[float] = []
+
+    def operator() -> None:  # `appliance stop --now` from another terminal, once rollouts run
+        wait_for(lambda: sum(rollouts.started.values()) >= 2)
+        control.request(store, "stop_now", timeout_s=5)
+        asked.append(time.monotonic())
+
+    threading.Thread(target=operator, daemon=True).start()
+    run_id = app.run_appliance(settings, log=lambda _: None)  # the main thread: it sets SIGTERM's handler
+    assert asked and time.monotonic() - asked[0] < 10
+    assert store.get_run(run_id).status == RunStatus.STOPPED and store.heartbeat() is None
+    assert stand_in.stopping.is_set()  # SIGTERM's teardown ran
+    assert 2 <= finished(store, run_id) < N and set(rollouts.started.values()) == {1}
+    assert control.loop_alive(store, run_id) == (False, "no `appliance run` keeps a heartbeat in this store")
