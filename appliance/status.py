@@ -47,10 +47,11 @@ def loop_status(store: Store, run: Run | None) -> dict[str, Any]:
         assert beat is not None  # alive: it beat
         line = f"loop: pid {beat.pid}, heartbeat {beat.age_s(at):.0f} s ago"
         if progress:
-            minutes, seconds = divmod(int(progress["elapsed_s"]), 60)
             line += (f"; {progress['phase']} of iteration {progress['iteration']}: {progress['done']}/"
                      f"{progress['total']} rollouts done, {progress['in_flight']} in flight, "
-                     f"{minutes}:{seconds:02d} elapsed")
+                     f"{clock(progress['elapsed_s'])} elapsed")
+            if progress.get("total") and progress.get("left_s") is not None:
+                line += f", about {clock(progress['left_s'])} left for those drawn so far"
         else:
             line += "; between phases"
     if pending:
@@ -58,3 +59,8 @@ def loop_status(store: Store, run: Run | None) -> dict[str, Any]:
     return {"alive": alive, "run_id": beat.run_id if beat else None, "pid": beat.pid if beat else None,
             "heartbeat_age_s": round(beat.age_s(at), 1) if beat else None, "progress": progress,
             "pending": pending, "line": line}
+
+
+def clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}" if minutes >= 60 else f"{minutes}:{secs:02d}"

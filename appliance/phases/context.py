@@ -36,6 +36,7 @@ class PhaseProgress:
     done: int = 0
     total: int = 0
     in_flight: int = 0
+    ran: int = 0  # finished in this process: what the estimate of the rest is measured on
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, total: int, done: int) -> None:
@@ -45,9 +46,12 @@ class PhaseProgress:
 
     def as_dict(self) -> dict[str, Any]:
         with self._lock:
+            elapsed = time.time() - self.started_at
+            # the rollouts drawn so far at the pace of those run here (concurrency included); None before one
+            left = elapsed / self.ran * max(0, self.total - self.done) if self.ran else None
             return {"phase": self.phase, "iteration": self.iteration, "started_at": self.started_at,
-                    "elapsed_s": round(time.time() - self.started_at, 1), "done": self.done, "total": self.total,
-                    "in_flight": self.in_flight}
+                    "elapsed_s": round(elapsed, 1), "done": self.done, "total": self.total,
+                    "in_flight": self.in_flight, "left_s": None if left is None else round(left, 1)}
 
     @contextmanager
     def running(self) -> Iterator[None]:
@@ -61,6 +65,7 @@ class PhaseProgress:
             with self._lock:
                 self.in_flight -= 1
                 self.done += finished
+                self.ran += finished
 
 
 @dataclass

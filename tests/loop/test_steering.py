@@ -175,6 +175,9 @@ def test_status_shows_the_phase_in_flight(settings: Settings, loop: Loop, store:
     progress = status["progress"]
     assert (progress["phase"], progress["iteration"], progress["total"]) == ("evaluate", 0, N)
     assert progress["done"] == finished(store, run_id) and progress["elapsed_s"] > 0
+    assert progress["left_s"] > 0  # the rest at the pace so far
+    assert f"evaluate of iteration 0: {progress['done']}/{N} rollouts done, 0 in flight" in status["line"]
+    assert "left for those drawn so far" in status["line"]
     control.request(store, "resume", timeout_s=5)
     tick.join(timeout=30)
     time.sleep(3 * BEAT)
