@@ -229,11 +229,15 @@ class Steering:
         self.store.end_heartbeat(self.pid)
 
     def _run(self) -> None:
+        failing = False  # told once per spell of failures, not every second
         while not self._done.wait(self.interval_s):
             try:
                 self.answer()
                 self.beat()
-            except ApplianceError as e:  # StoreBusy and the like: the next beat tries again
-                self.log(f"the loop's heartbeat waits: {e.message}")
-            except Exception as e:  # noqa: BLE001  a bug here must not end the answering while the run goes on
-                self.log(f"the loop's heartbeat failed: {type(e).__name__}: {e}")
+                failing = False
+            except Exception as e:  # noqa: BLE001  StoreBusy or a bug: the answering must go on while the run does
+                if not failing:
+                    said = e.message if isinstance(e, ApplianceError) else f"{type(e).__name__}: {e}"
+                    self.log(f"the loop's heartbeat missed a beat ({said}); it tries again every "
+                             f"{self.interval_s:g} s")
+                failing = True

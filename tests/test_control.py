@@ -118,3 +118,28 @@ def test_cli_stop_without_a_live_loop_says_so_at_once(settings, store: Store) ->
     assert result.exit_code == 1
     assert "no loop is running run 'r'" in result.output and "appliance run" in result.output
     assert store.controls("r") == []
+
+
+def test_the_heartbeat_survives_a_failing_beat_and_says_so_once(store: Store) -> None:
+    import time
+
+    from appliance.errors import StoreBusy
+
+    store.create_run("r", {})
+    calls, logged = [], []
+
+    def answer() -> None:
+        calls.append(1)
+        if len(calls) <= 3:
+            raise StoreBusy("the store is busy", "wait")
+
+    steering = control.Steering(store, "r", answer, lambda: None, interval_s=0.01, log=logged.append).start()
+    try:
+        deadline = time.monotonic() + 5
+        while len(calls) < 6 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        steering.stop()
+    assert len(calls) >= 6  # the thread went on after the failures
+    assert logged == ["the loop's heartbeat missed a beat (the store is busy); it tries again every 0.01 s"]
+    assert store.heartbeat() is None  # stopped: the heartbeat goes with the loop
