@@ -176,8 +176,11 @@ def phase_answer(command: ControlCommand, progress: dict[str, Any] | None) -> st
     the answer; None between phases (the answer is `ANSWERS[command]`)."""
     if progress is None:
         return None
-    phase = progress["phase"]
-    if phase in ROLLOUT_PHASES and command == ControlCommand.PAUSE:
+    phase, stage = progress["phase"], progress.get("stage")
+    if stage:
+        doing = f"{stage} in the {phase} phase runs to its end first" + (
+            ", then no new rollouts start" if phase in ROLLOUT_PHASES else "")
+    elif phase in ROLLOUT_PHASES and command == ControlCommand.PAUSE:
         doing = f"no new rollouts start; {progress['in_flight']} in flight finish"
     elif phase in ROLLOUT_PHASES:  # `appliance run` waits for them as long as SIGTERM's stop does (app.STOP_GRACE_S)
         doing = (f"no new rollouts start; {progress['in_flight']} in flight finish within the stop's grace, or "

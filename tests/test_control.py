@@ -143,3 +143,17 @@ def test_the_heartbeat_survives_a_failing_beat_and_says_so_once(store: Store) ->
     assert len(calls) >= 6  # the thread went on after the failures
     assert logged == ["the loop's heartbeat missed a beat (the store is busy); it tries again every 0.01 s"]
     assert store.heartbeat() is None  # stopped: the heartbeat goes with the loop
+
+
+def test_the_answer_says_when_a_pause_or_stop_takes_effect() -> None:
+    rollouts = {"phase": "evaluate", "in_flight": 3, "stage": ""}
+    assert control.phase_answer(ControlCommand.PAUSE, None) is None  # between phases: ANSWERS
+    assert control.phase_answer(ControlCommand.PAUSE, rollouts) == "pausing: no new rollouts start; 3 in flight finish"
+    validating = {**rollouts, "in_flight": 0, "stage": "validating 40 tasks"}
+    assert control.phase_answer(ControlCommand.PAUSE, validating) == (
+        "pausing: validating 40 tasks in the evaluate phase runs to its end first, then no new rollouts start")
+    training = {"phase": "train", "in_flight": 0, "stage": ""}
+    assert control.phase_answer(ControlCommand.PAUSE, training) == (
+        "pausing: the train phase in flight has no safe point inside; it runs to its end first")
+    assert control.phase_answer(ControlCommand.STOP_NOW, training).startswith(
+        "stopping: the train phase in flight stops at its next check, as on SIGTERM; `appliance run` then ends")

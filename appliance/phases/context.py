@@ -37,6 +37,7 @@ class PhaseProgress:
     total: int = 0
     in_flight: int = 0
     ran: int = 0  # finished in this process: what the estimate of the rest is measured on
+    stage: str = ""  # work of the phase without a safe point inside, while it runs ("validating 40 tasks")
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, total: int, done: int) -> None:
@@ -51,7 +52,17 @@ class PhaseProgress:
             left = elapsed / self.ran * max(0, self.total - self.done) if self.ran else None
             return {"phase": self.phase, "iteration": self.iteration, "started_at": self.started_at,
                     "elapsed_s": round(elapsed, 1), "done": self.done, "total": self.total,
-                    "in_flight": self.in_flight, "left_s": None if left is None else round(left, 1)}
+                    "in_flight": self.in_flight, "left_s": None if left is None else round(left, 1),
+                    "stage": self.stage}
+
+    @contextmanager
+    def during(self, stage: str) -> Iterator[None]:
+        """Name work without a safe point inside while it runs, so an answer can say it runs to its end."""
+        self.stage = stage
+        try:
+            yield
+        finally:
+            self.stage = ""
 
     @contextmanager
     def running(self) -> Iterator[None]:

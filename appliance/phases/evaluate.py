@@ -13,7 +13,7 @@ from appliance.phases.context import PhaseContext
 from appliance.phases.practise import run_pending
 from appliance.phases.validate import validate_tasks
 from appliance.practice import new_rollout
-from appliance.schemas import Split, TaskStatus
+from appliance.schemas import Split, Task, TaskStatus
 
 
 def evaluate(ctx: PhaseContext, index: int) -> None:
@@ -24,7 +24,7 @@ def evaluate(ctx: PhaseContext, index: int) -> None:
     heldout = ctx.store.tasks(ctx.run_id, split=Split.HELDOUT)
     proposed = [t for t in heldout if t.status == TaskStatus.PROPOSED]
     if proposed:
-        validate_tasks(ctx, proposed)
+        validating(ctx, proposed)
     version, harness = ctx.engine.policy_version, ctx.settings.loop.harness
     run = partial(run_pending, ctx)
     # One rule for held-out pass@1, whatever the controller: `evaluate` samples, budgets and counts it.
@@ -33,9 +33,15 @@ def evaluate(ctx: PhaseContext, index: int) -> None:
     ctx.event("evaluate", f"iteration {index}: held-out pass@1 {result.describe()} over {result.tasks} "
               f"tasks x {result.k} at policy version {version}")
     dev = evaluate_devset(ctx.store, ctx.settings, ctx.run_id, index, version, harness=harness, run_pending=run,
-                          new_rollout=new_rollout, validate=partial(validate_tasks, ctx))
+                          new_rollout=new_rollout, validate=partial(validating, ctx))
     if dev is not None:
         ctx.event("evaluate", f"iteration {index}: dev-set pass@1 {dev.describe()} over {dev.tasks} tasks x {dev.k}")
+
+
+def validating(ctx: PhaseContext, tasks: list[Task]) -> None:
+    """Validate tasks (no safe point inside: a pause or a stop asked meanwhile waits for the end of it)."""
+    with ctx.progress.during(f"validating {len(tasks)} tasks"):
+        validate_tasks(ctx, tasks)
 
 
 def warmstart_alone(ctx: PhaseContext, index: int) -> bool:

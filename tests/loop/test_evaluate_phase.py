@@ -28,7 +28,9 @@ def test_evaluate_runs_the_held_out_set_then_the_dev_set(settings: Settings, sto
     validated: list[str] = []
     ran: list[str] = []
 
-    def validate(_context, tasks):
+    def validate(context, tasks):
+        # no safe point inside validation: the progress names it, so an answer can say it runs to its end
+        assert context.progress.stage == f"validating {len(tasks)} tasks"
         for t in tasks:
             validated.append(t.split)
             store.set_task_status(t.id, TaskStatus.VALID)
@@ -43,6 +45,7 @@ def test_evaluate_runs_the_held_out_set_then_the_dev_set(settings: Settings, sto
     monkeypatch.setattr(evaluate_phase, "run_pending", run_pending)
     store.start_iteration(loop.run.id, 0, 0)
     evaluate_phase.evaluate(loop.context, 0)
+    assert loop.context.progress.stage == ""
     k = settings.evaluation.samples_per_task
     dev = len(devset_tasks())
     assert validated.count(Split.DEV) == dev and len(store.tasks(loop.run.id, split=Split.DEV)) == dev
