@@ -40,7 +40,10 @@ def labelled(settings: Settings) -> list[str]:
 
 
 def start_owner(settings: Settings) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-c", OWNER, settings.model_dump_json()], stdout=subprocess.PIPE,
+    # without the caller's APPLIANCE_*: the environment outranks the JSON's values in Settings, so a run of the
+    # suite with APPLIANCE_HOME set started the owner's sandbox in that home's store, not the session's
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
+    proc = subprocess.Popen([sys.executable, "-c", OWNER, settings.model_dump_json()], env=env, stdout=subprocess.PIPE,
                             text=True)
     assert proc.stdout
     name = proc.stdout.readline().strip()
