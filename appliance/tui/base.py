@@ -96,22 +96,31 @@ class PollingScreen(Screen):
         try:
             data = await asyncio.to_thread(self._load)
         except ApplianceError as e:  # a run named with --run that does not exist, a store that cannot open
-            self.query_one("#problem", Static).update(plain(f"{e.message}; {e.hint}" if e.hint else e.message))
+            self._say_problem(plain(f"{e.message}; {e.hint}" if e.hint else e.message))
             return
         except (sqlite3.Error, OSError) as e:
             # sqlite "database is locked", a store mid-migration or a vanished file: say so, try again
-            self.query_one("#problem", Static).update(plain(f"store unavailable ({_first_line(e)}); retrying"))
+            self._say_problem(plain(f"store unavailable ({_first_line(e)}); retrying"))
             return
         except Exception as e:  # noqa: BLE001 - e.g. a value a newer loop wrote: a watcher over SSH stays up
-            self.query_one("#problem", Static).update(plain(f"cannot show this screen: {type(e).__name__}: "
-                                                            f"{_first_line(e)}"))
+            self._say_problem(plain(f"cannot show this screen: {type(e).__name__}: {_first_line(e)}"))
             return
         finally:
             self._loading = False
-        self.query_one("#problem", Static).update("")
+        if not self._say_problem(""):
+            return
         if data != self._shown:
             self._shown = data
             self.show(data)
+
+    def _say_problem(self, text: Any) -> bool:
+        """Show text on the problem line; False when the screen's widgets are gone (the app is closing while
+        a read was in flight), and there is nothing left to show anything on."""
+        lines = self.query("#problem")
+        if not lines:
+            return False
+        lines.first(Static).update(text)
+        return True
 
     def _load(self) -> Any:
         app = self.appliance

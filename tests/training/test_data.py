@@ -60,7 +60,7 @@ def test_the_loops_train_phase_rebuilds_samples_a_crash_lost(store, settings, mo
 
     def fake_learn(store, settings, engine, rollouts, samples, **kw):
         seen["samples"] = [(s.rollout_id, s.mask) for s in samples]
-        return SimpleNamespace(policy_version=0, timings={}, steps=[])
+        return SimpleNamespace(policy_version=0, timings={}, steps=[], checkpoint=None)
 
     monkeypatch.setattr(train_phase, "learn", fake_learn)
     settings.training.demonstrations = False  # this test is about RL samples; demonstrations need the model folder
