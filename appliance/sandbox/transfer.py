@@ -150,9 +150,10 @@ def tmpfs_bytes(sizes: Iterable[int]) -> int:
 
 def sanitize(data: bytes | IO[bytes], cap: int | None = None) -> tuple[bytes, list[str]]:
     """Re-pack an untrusted archive (bytes, or a file read once as a stream): members that the 'data'
-    filter refuses are dropped and named, and so are the members past MAX_MEMBERS and, with `cap`, the
-    regular files past `cap` bytes in all, counted by their logical size: a sparse file (`truncate -s 3G`)
-    costs nothing in a tmpfs and arrives as a few blocks (`tar -S`), but would be written out whole."""
+    filter refuses are dropped and named, and so are the members past MAX_MEMBERS, every sparse member, and,
+    with `cap`, the regular files past `cap` bytes in all. A sparse file (`truncate -s 3G`) costs nothing in
+    a tmpfs and arrives as a few blocks (`tar -S`), but re-packed it would be written out whole (10 KiB
+    became 1 GiB): it is refused, never expanded."""
     out = io.BytesIO()
     dropped: list[str] = []
     try:
@@ -174,9 +175,11 @@ def sanitize(data: bytes | IO[bytes], cap: int | None = None) -> tuple[bytes, li
                 if kept >= MAX_MEMBERS:
                     over += 1
                     continue
+                if member.issparse():  # never expanded: a few blocks here are its logical size on a host disk
+                    dropped.append(f"{name} (sparse file of {member.size} bytes: refused, never expanded)")
+                    continue
                 if member.isreg() and cap is not None and total + member.size > cap:
-                    kind = "sparse file" if member.issparse() else "file"
-                    dropped.append(f"{name} ({kind} of {member.size} bytes: the workspace holds {cap} in all)")
+                    dropped.append(f"{name} (file of {member.size} bytes: the workspace holds {cap} in all)")
                     continue
                 kept += 1
                 total += member.size if member.isreg() else 0
@@ -185,8 +188,6 @@ def sanitize(data: bytes | IO[bytes], cap: int | None = None) -> tuple[bytes, li
                 clean = copy.copy(member)  # (TarInfo.replace is 3.11.4+)
                 clean.name, clean.mode, clean.uid, clean.gid, clean.uname, clean.gname = name, mode, 0, 0, "", ""
                 clean.pax_headers = {}  # a copied pax 'path' would win over the cleaned name when written
-                if clean.issparse():  # written out whole (within the cap) as a plain file
-                    clean.type, clean.sparse = tarfile.REGTYPE, None
                 if clean.islnk():
                     clean.linkname = _norm(clean.linkname)
                 dst.addfile(clean, src.extractfile(member) if clean.isreg() else None)

@@ -145,3 +145,20 @@ def test_reroot_names_a_copied_tree_as_pack_dir_would_and_keeps_its_links() -> N
     assert got["soft"].issym() and got["soft"].linkname == "a.txt"
     assert got["hard"].islnk() and got["hard"].linkname == "a.txt"
     assert transfer.read_member(transfer.reroot(data, "workspace"), "a.txt") == b"hi"
+
+
+def test_a_sparse_member_within_the_cap_is_refused_never_expanded(tmp_path: Path) -> None:
+    # Issue 47: `truncate -s` costs a tmpfs nothing and `tar -S` carries it as a few blocks, but re-packed as
+    # a plain file it was written out whole (10 KiB became 1 GiB); under the cap it still was.
+    import subprocess
+
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "a.txt").write_text("a\n")
+    with open(tmp_path / "ws" / "big.bin", "wb") as f:
+        f.truncate(32 << 20)
+    packed = subprocess.run(["tar", "-c", "-S", "-C", str(tmp_path / "ws"), "."], capture_output=True, check=True)
+    assert len(packed.stdout) < 64 << 10
+    data, dropped = transfer.sanitize(packed.stdout, cap=64 << 20)
+    assert len(data) < 64 << 10, f"the sparse member was expanded to {len(data) >> 20} MiB"
+    assert set(transfer.members(data)) == {"a.txt"}
+    assert dropped == [f"big.bin (sparse file of {32 << 20} bytes: refused, never expanded)"]
