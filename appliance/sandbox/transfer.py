@@ -4,7 +4,8 @@ No sandbox ever sees a host directory that the host writes to while task code ru
 archive the host built (`pack_files` from a task's text, `pack_dir` from a host-only directory, read
 without following links); what comes out is an archive from the untrusted side that `sanitize` re-packs
 with the rules of tarfile's 'data' filter (our own copy: the container's Python 3.11.2 predates it), so
-paths out of the tree, links pointing out of it, devices and FIFOs are dropped (and named, so callers can
+paths out of the tree, links pointing out of it (resolved through the tree's other links, as the kernel
+would), sparse members, devices and FIFOs are dropped (and named, so callers can
 record them as tampering) before anything touches a host disk. `unpack` writes only directories and
 regular files on the host, never links, so no later member can be redirected through one.
 `overlay` puts a task's protected files over such an archive. `shell_put` / `shell_get` carry archives
@@ -68,6 +69,55 @@ def _refusal(member: tarfile.TarInfo, name: str) -> str | None:
     if not (member.isreg() or member.isdir() or member.issym() or member.islnk()):
         return "special file"
     return None
+
+
+_MAX_HOPS = 40  # as the kernel's ELOOP limit: a longer chain is refused, never followed further
+
+
+def _resolves_inside(path: str, links: Mapping[str, str], follow_last: bool = True) -> bool:
+    """Whether `path` (from the tree's root) stays in the tree when every component the tree holds as a
+    symbolic link (`links`: name -> target) is followed the way the kernel would, `..` included: the
+    lexical check alone passes `sub/x -> d/../../etc/passwd` beside `sub/d -> .`, which is /etc/passwd."""
+    stack: list[str] = []
+    todo = [p for p in path.split("/") if p not in ("", ".")]
+    hops = 0
+    while todo:
+        part = todo.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not stack:
+                return False
+            stack.pop()
+            continue
+        stack.append(part)
+        target = links.get("/".join(stack))
+        if target is None or (not todo and not follow_last):
+            continue
+        hops += 1
+        if hops > _MAX_HOPS or target.startswith("/"):
+            return False
+        stack.pop()
+        todo = target.split("/") + todo
+    return True
+
+
+def _escaping_links(symlinks: dict[str, str], hardlinks: dict[str, str]) -> dict[str, str]:
+    """The links of a tree that leave it once other links are followed (name -> why); a link dropped
+    changes what the others resolve through, so symbolic links are judged until none leaves."""
+    kept, out = dict(symlinks), {}
+    while True:
+        bad = [n for n, t in kept.items() if not _resolves_inside(f"{n.rsplit('/', 1)[0]}/{t}" if "/" in n else t,
+                                                                  kept)]
+        if not bad:
+            break
+        for n in bad:
+            del kept[n]
+            out[n] = "link: points outside the tree through links"
+    # a hard link's target is a path from the root; link() follows all but its last component
+    out |= {n: "hard link: points outside the tree through links" for n, t in hardlinks.items()
+            if not _resolves_inside(t, kept, follow_last=False)}
+    return out
 
 
 def _norm(name: str) -> str:
@@ -162,6 +212,8 @@ def sanitize(data: bytes | IO[bytes], cap: int | None = None) -> tuple[bytes, li
         raise SandboxError(f"the workspace archive is unreadable: {e}", "an infra error; retry") from None
     dst = tarfile.open(fileobj=out, mode="w")
     kept, total, over = 0, 0, 0
+    symlinks: dict[str, str] = {}
+    hardlinks: dict[str, str] = {}
     with src:
         try:
             for member in src:
@@ -190,13 +242,30 @@ def sanitize(data: bytes | IO[bytes], cap: int | None = None) -> tuple[bytes, li
                 clean.pax_headers = {}  # a copied pax 'path' would win over the cleaned name when written
                 if clean.islnk():
                     clean.linkname = _norm(clean.linkname)
+                symlinks.pop(name, None)
+                hardlinks.pop(name, None)
+                if clean.issym():
+                    symlinks[name] = clean.linkname
+                elif clean.islnk():
+                    hardlinks[name] = clean.linkname
                 dst.addfile(clean, src.extractfile(member) if clean.isreg() else None)
         except tarfile.TarError as e:
             dst.close()
             raise SandboxError(f"the workspace archive is unreadable: {e}", "an infra error; retry") from None
     if over:
         dropped.append(f"{over} members past the first {MAX_MEMBERS} (too many files)")
-    return _closed(dst, out), dropped
+    escaping = _escaping_links(symlinks, hardlinks) if symlinks else {}
+    if not escaping:
+        return _closed(dst, out), dropped
+    # (only a tree with such a chain pays for a second pass over its archive)
+    data = _closed(dst, out)
+    out = io.BytesIO()
+    dst = tarfile.open(fileobj=out, mode="w")
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as again:
+        for m in again:
+            if m.name not in escaping or not (m.issym() or m.islnk()):
+                dst.addfile(m, again.extractfile(m) if m.isreg() else None)
+    return _closed(dst, out), dropped + [f"{n} ({why})" for n, why in escaping.items()]
 
 
 def members(data: bytes) -> dict[str, tarfile.TarInfo]:

@@ -162,3 +162,27 @@ def test_a_sparse_member_within_the_cap_is_refused_never_expanded(tmp_path: Path
     assert len(data) < 64 << 10, f"the sparse member was expanded to {len(data) >> 20} MiB"
     assert set(transfer.members(data)) == {"a.txt"}
     assert dropped == [f"big.bin (sparse file of {32 << 20} bytes: refused, never expanded)"]
+
+
+def _links(*pairs: tuple[str, str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, link, type_ in pairs:
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = type_, link
+            tar.addfile(info)
+    return buf.getvalue()
+
+
+def test_a_link_resolved_through_earlier_links_cannot_leave_the_tree() -> None:
+    # Issue 47: `sub/x -> d/../../etc/passwd` is lexically `etc/passwd` (inside), but with `sub/d -> .` the
+    # kernel reads sub/x as /etc/passwd of the sandbox that unpacks it; the chain is refused in either order.
+    sym, hard = tarfile.SYMTYPE, tarfile.LNKTYPE
+    for chain in ([("sub/d", ".", sym), ("sub/x", "d/../../etc/passwd", sym)],
+                  [("sub/x", "d/../../etc/passwd", sym), ("sub/d", ".", sym)]):
+        data, dropped = transfer.sanitize(_links(("a.txt", "", tarfile.REGTYPE), ("sub", "", tarfile.DIRTYPE),
+                                                 *chain, ("sub/ok", "d/../a.txt", sym),
+                                                 ("h", "sub/d/../../etc/passwd", hard), ("h2", "sub/d/ok", hard)))
+        assert set(transfer.members(data)) == {"a.txt", "sub", "sub/d", "sub/ok", "h2"}, dropped
+        assert sorted(dropped) == ["h (hard link: points outside the tree through links)",
+                                   "sub/x (link: points outside the tree through links)"]
