@@ -28,6 +28,7 @@ import hashlib
 import re
 import struct
 import tarfile
+from collections.abc import Mapping
 from pathlib import PurePosixPath
 
 from appliance.sandbox.transfer import members, read_member, replace_members, substitute, without
@@ -146,19 +147,33 @@ def _kind(m: tarfile.TarInfo) -> str:
     return _KINDS.get(m.type, "not a regular file")
 
 
-def clean_index(data: bytes) -> tuple[bytes | None, int, str | None]:
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """git's offset varint (varint.c: each continuation adds one before shifting), and where it ends."""
+    c = data[at]
+    value = c & 0x7F
+    while c & 0x80:
+        at += 1
+        c = data[at]
+        value = ((value + 1) << 7) | (c & 0x7F)
+    return value, at + 1
+
+
+def clean_index(data: bytes) -> tuple[bytes | None, int, str | None, set[str]]:
     """The index with no entry marked assume-unchanged or skip-worktree (rewritten without its optional
-    extensions, which are caches), the number of entries that were marked, and why it cannot be used
-    (None when it can: then the first value is the index to keep, the same bytes when none was marked)."""
+    extensions, which are caches), the number of entries that were marked, why it cannot be used
+    (None when it can: then the first value is the index to keep, the same bytes when none was marked), and
+    the paths it tracks."""
+    names: set[str] = set()
     hash_len = next((n for n, h in ((20, hashlib.sha1), (32, hashlib.sha256))
                      if len(data) > 12 + n and h(data[:-n]).digest() == data[-n:]), 0)
     if data[:4] != b"DIRC" or not hash_len:
-        return None, 0, "unreadable"
+        return None, 0, "unreadable", names
     version, count = struct.unpack(">II", data[4:12])
     if version not in (2, 3, 4):
-        return None, 0, f"index version {version}"
+        return None, 0, f"index version {version}", names
     out = bytearray(data[:12])
     pos, marked, end = 12, 0, len(data) - hash_len
+    name = b""
     try:
         for _ in range(count):
             fixed = 40 + hash_len
@@ -177,43 +192,67 @@ def clean_index(data: bytes) -> tuple[bytes | None, int, str | None]:
                 head[fixed:fixed + 2] = struct.pack(">H", flags & ~_ASSUME_VALID)
             if version == 4:  # a varint (how much of the previous name to drop), then the rest of the name
                 name_start = at
-                while data[at] & 0x80:
-                    at += 1
-                at = data.index(b"\0", at + 1) + 1
+                drop, at = _varint(data, at)
+                nul = data.index(b"\0", at)
+                name = name[:len(name) - drop] + data[at:nul] if drop <= len(name) else b""
+                at = nul + 1
                 out += head + extended + data[name_start:at]
             else:  # the name, NUL-padded to a multiple of 8 bytes from the entry's start
                 nul = data.index(b"\0", at)
+                name = data[at:nul]
                 size = (nul - pos + 8) & ~7
                 out += head + extended + data[at:pos + size]
                 at = pos + size
+            names.add(name.decode(errors="surrogateescape"))
             pos = at
         while pos + 8 <= end:  # extensions: signature, size, data
             sig, size = data[pos:pos + 4], struct.unpack(">I", data[pos + 4:pos + 8])[0]
             if sig in _STRUCTURAL:
-                return None, marked, f"a {'split' if sig == b'link' else 'sparse'} index"
+                return None, marked, f"a {'split' if sig == b'link' else 'sparse'} index", set()
             pos += 8 + size
     except (struct.error, ValueError, IndexError):
-        return None, marked, "unreadable"
+        return None, marked, "unreadable", set()
     if pos != end:
-        return None, marked, "unreadable"
+        return None, marked, "unreadable", set()
     if not marked:  # (the untracked cache and fsmonitor data are ignored: GIT_ENV turns both off)
-        return data, 0, None
+        return data, 0, None, names
     algo = hashlib.sha1 if hash_len == 20 else hashlib.sha256
-    return bytes(out) + algo(bytes(out)).digest(), marked, None
+    return bytes(out) + algo(bytes(out)).digest(), marked, None, names
 
 
-def defuse_git(archive: bytes) -> tuple[bytes, list[str]]:
+def _rules(text: bytes) -> bool:
+    """Whether an ignore file holds any rule (git init's info/exclude holds comments only)."""
+    return any(line.strip() and not line.lstrip().startswith(b"#") for line in text.splitlines())
+
+
+def defuse_git(archive: bytes, shipped: Mapping[str, str] | None = None) -> tuple[bytes, list[str]]:
     """The archive with every repository's configuration sanitized, its hooks removed, its HEAD and config
-    regular files, no commondir, and an index with no flag hiding changes; the second value names what was
-    dropped or repaired ("path: key (runs a program)", "path (hook)", "path (a symbolic link)", ...)."""
+    regular files, no commondir, an index with no flag hiding changes, no ignore rule the task did not set
+    (an info/exclude with rules emptied, a .gitignore no index tracks removed) and no `.git` that is not a
+    directory (a `gitdir:` file sends git to another repository); the second value names what was dropped or
+    repaired ("path: key (runs a program)", "path (hook)", "path (a symbolic link)", ...). `shipped`: the
+    task's own files (path -> text), kept where the archive holds them unchanged."""
+    shipped = shipped or {}
     entries = members(archive)
     dirs = git_dirs(entries)
-    if not dirs:
+    redirects = [n for n, m in entries.items() if PurePosixPath(n).name == ".git" and not m.isdir()]
+    if not dirs and not redirects:
         return archive, []
     tampered: list[str] = []
     replaced: dict[str, bytes] = {}  # regular files whose data changes
     rebuilt: dict[str, bytes] = {}  # members (of any kind) that become regular files with this data
     dropped: list[str] = []
+    tracked: set[str] = set()  # paths some repository's index tracks, from the archive's root
+
+    def theirs(name: str) -> bool:  # the task shipped this file as it stands
+        m = entries[name]
+        return name in shipped and m.isreg() and read_member(archive, name) == shipped[name].encode()
+
+    for n in redirects:
+        if not theirs(n):
+            dropped.append(n)
+            tampered.append(f"{n} ({_kind(entries[n]) if not entries[n].isreg() else 'a gitdir: file'}: "
+                            "git would read another repository)")
     for d in dirs:
         pre = f"{d}/" if d else ""
         head = entries[f"{pre}HEAD"]
@@ -242,10 +281,23 @@ def defuse_git(archive: bytes) -> tuple[bytes, list[str]]:
             if odd in entries:
                 dropped.append(odd)
                 tampered.append(f"{odd} ({why})")
+        exclude = f"{pre}info/exclude"
+        if exclude in entries and not theirs(exclude):
+            m = entries[exclude]
+            if not m.isreg():
+                rebuilt[exclude] = b""
+                tampered.append(f"{exclude} ({_kind(m)})")
+            elif _rules(read_member(archive, exclude) or b""):
+                replaced[exclude] = b""
+                tampered.append(f"{exclude} (ignore rules the task did not set: files hidden from git status)")
         index = f"{pre}index"
         if index in entries:
             data = read_member(archive, index) if entries[index].isreg() else None
-            clean_data, marked, problem = clean_index(data) if data is not None else (None, 0, _kind(entries[index]))
+            clean_data, marked, problem, names = (clean_index(data) if data is not None
+                                                  else (None, 0, _kind(entries[index]), set()))
+            if PurePosixPath(d).name == ".git" and clean_data is not None:
+                top = str(PurePosixPath(d).parent)
+                tracked |= {f"{top}/{n}" if top != "." else n for n in names}
             if marked:
                 tampered.append(f"{index} ({marked} entries marked assume-unchanged or skip-worktree: "
                                 "changes hidden from git status)")
@@ -258,6 +310,15 @@ def defuse_git(archive: bytes) -> tuple[bytes, list[str]]:
                       and entries[n].isreg()]
         tampered += [f"{n} (hook)" for n in hook_files]
         dropped += hook_files
+    if dirs:  # an ignore file no index tracks hides what it names, itself included, from `git status`
+        worktrees = {str(PurePosixPath(d).parent) for d in dirs if PurePosixPath(d).name == ".git"}
+        for n in entries:
+            path = PurePosixPath(n)
+            if path.name != ".gitignore" or n in tracked or theirs(n):
+                continue
+            if any(w == "." or n.startswith(f"{w}/") for w in worktrees):
+                dropped.append(n)
+                tampered.append(f"{n} (an ignore file git does not track: it hides files from git status)")
     if dropped:
         archive = without(archive, dropped)
     if replaced:

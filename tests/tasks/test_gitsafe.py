@@ -131,3 +131,58 @@ def test_a_git_layout_that_hides_the_configuration_is_tampering(sandbox_settings
     verdict = verify_workspace(sandbox_settings, spec, ws, archive=sb.copied_out)
     assert not verdict.passed and verdict.error is None, verdict.output
     assert any(t.startswith(recorded) for t in verdict.tampered), verdict.tampered
+
+
+# Issue 47: state hidden from a verifier judged by `git status`, with no flag in the index: ignore rules the
+# task never set (an untracked .gitignore that ignores itself, the repository's info/exclude), and a `.git`
+# FILE (`gitdir: ...`) that sends git to another repository in which everything is committed.
+UNTRACKED = ("mkdir repo && cd repo && git init -q -b main && git config user.name a && git config user.email a@b\n"
+             "echo v1 > a.txt && git add a.txt && git commit -qm one && echo new > new.txt\n")
+FAKE = "git --git-dir=.f --work-tree=. "
+HIDING = {
+    "gitignore": ("printf 'new.txt\\n.gitignore\\n' > .gitignore", "repo/.gitignore ("),
+    "info-exclude": ("echo new.txt >> .git/info/exclude", "repo/.git/info/exclude ("),
+    "gitdir-file": (f"{FAKE}init -q -b main && echo .f >> .f/info/exclude && {FAKE}add -A && "
+                    f"{FAKE}-c user.name=a -c user.email=a@b commit -qm x && rm -rf .git && echo 'gitdir: .f' > .git",
+                    "repo/.git ("),
+}
+CLEAN_STATUS = ("import subprocess, sys\n"
+                "r = subprocess.run(['git', 'status', '--porcelain'], cwd='repo', capture_output=True, text=True, "
+                "timeout=20)\nsys.exit(0 if r.returncode == 0 and r.stdout == '' else 1)\n")
+
+
+@pytest.mark.slow  # real Podman
+@pytest.mark.parametrize("how", sorted(HIDING))
+def test_ignore_rules_and_a_gitdir_file_hide_nothing_from_the_verifier(sandbox_settings: Settings, tmp_path: Path,
+                                                                      how: str) -> None:
+    from appliance.sandbox import Sandbox
+
+    hide, recorded = HIDING[how]
+    spec = TaskSpec(id=f"git-{how}", family="git", difficulty=3, instruction="Commit new.txt.", verify_lang="python",
+                    verify=CLEAN_STATUS, solution="git add new.txt && git commit -qm two\n")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with Sandbox.start(sandbox_settings, workspace=ws) as sb:
+        made = sb.exec(UNTRACKED + f"{hide}\ntest -z \"$(git status --porcelain)\"")
+        assert made.exit_code == 0, made.stderr  # the agent's own git sees a clean repository
+    verdict = verify_workspace(sandbox_settings, spec, ws, archive=sb.copied_out)
+    assert not verdict.passed and verdict.error is None, verdict.output
+    assert any(t.startswith(recorded) for t in verdict.tampered), verdict.tampered
+
+
+def test_ignore_rules_the_repository_tracks_or_the_task_shipped_are_kept() -> None:
+    # a committed .gitignore is the repository's own (its changes show in `git status`); info/exclude as
+    # `git init` writes it (comments only) is nobody's doing
+    import subprocess
+
+    from appliance.sandbox.transfer import pack_dir
+
+    with __import__("tempfile").TemporaryDirectory() as d:
+        subprocess.run("git init -q -b main && printf '*.log\\n' > .gitignore && git add .gitignore && "
+                       "mkdir sub && printf 'x\\n' > sub/.gitignore",
+                       shell=True, cwd=d, check=True, capture_output=True)
+        archive, _ = pack_dir(Path(d))
+    defused, tampered = defuse_git(archive, {"sub/.gitignore": "x\n"})
+    names = members(defused)
+    assert ".gitignore" in names and "sub/.gitignore" in names and ".git/info/exclude" in names
+    assert tampered == []
