@@ -16,7 +16,13 @@ archive (any directory with a HEAD of any kind and a config, objects/, refs/ or 
 - its index keeps no entry marked assume-unchanged or skip-worktree (`git update-index --assume-unchanged`
   makes `git status` report a changed file as clean): marked entries are tampering, and the index is
   rewritten without the flags (and without its optional caches); an index git would read with another
-  index (split) or as directories (sparse), or cannot read, is removed as tampering.
+  index (split) or as directories (sparse), or cannot read, is removed as tampering;
+- no ignore rule the task did not set hides a file from `git status`: an `info/exclude` with rules is
+  emptied, a `.gitignore` no repository's index tracks is removed (one that ignores itself hid both), and a
+  `.git` that is not a directory (a `gitdir:` file, a link: git would read another repository, one the
+  agent made with everything committed) is removed; each is tampering, unless the task shipped the file as
+  it stands. (The task's setup is not compared: a setup that writes such files has them taken away too,
+  and its validation records it.)
 
 `GIT_ENV` is the verifier's environment half: no system or global configuration, no replace refs, and the
 same keys forced off from the command-line scope, which outranks the repository's.
