@@ -10,7 +10,8 @@ before the response (for streams: before `[DONE]`) goes back. Fields the harness
 stripped, so SDKs see a normal response.
 
 Refusals: unknown token 401, finished rollout 410, a request that would not come back as one exactly
-recordable sampled sequence 400 (checks.py), oversized body 413, too many calls in flight for the
+recordable sampled sequence 400 (checks.py), oversized body 413, a request head over 64 KiB or 100 headers
+431 (server.py, before any route), too many calls in flight for the
 rollout 429, engine not SERVING 503 (both with Retry-After, which SDKs honour). An engine failure is a
 502 and an `error` row, never model output; so is an answer the proxy cannot read or record (a 500 when
 the store itself refuses the row). A harness that hangs up mid-stream leaves an `error` row with the

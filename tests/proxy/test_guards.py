@@ -304,3 +304,64 @@ def test_a_stream_whose_harness_hangs_up_while_a_write_waits_is_closed_at_once()
     finally:
         gc.enable()
     assert order == ["generator closed", "response returned"]
+
+
+def raw_head(url: str, path: str, headers: Iterator[bytes]) -> tuple[bytes, int]:
+    """Send a request head header by header on a raw socket (a client library would hold it whole); what came
+    back before the connection ended, and the bytes the proxy took."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    sent = 0
+    with socket.create_connection((parts.hostname, parts.port), timeout=60) as sock:
+        try:
+            sock.sendall(f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n".encode())
+            for header in headers:
+                sock.sendall(header)
+                sent += len(header)
+            body = json.dumps({"model": "x", "messages": MESSAGES}).encode()
+            sock.sendall(b"content-length: %d\r\n\r\n" % len(body) + body)
+        except OSError:  # the proxy closed the connection on the rest of the head
+            pass
+        got = b""
+        try:
+            while chunk := sock.recv(65536):
+                got += chunk
+                if b"\r\n\r\n" in got and (b"431" in got[:12] or b"content-length" in got.lower()):
+                    break
+        except OSError:
+            pass
+    return got, sent
+
+
+def test_request_headers_are_capped_at_the_door_in_bytes_and_in_number(setup: Setup) -> None:
+    # Issue 47: uvicorn kept every header, whatever its size or number, before any route could refuse the
+    # request: six of 100 MiB from a sandbox raised the appliance from 181 to 961 MiB
+    from urllib.parse import urlsplit
+
+    url = setup.route.openai_base
+    path = urlsplit(url).path + "/chat/completions"
+
+    def big() -> Iterator[bytes]:  # one 16 MiB header, streamed in 64 KiB
+        yield b"x-big: "
+        for _ in range(256):
+            yield b"a" * 65536
+        yield b"\r\n"
+
+    gc.collect()
+    tracemalloc.start()
+    try:
+        got, sent = raw_head(url, path, big())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * MiB, f"peak traced memory {peak / MiB:.1f} MiB"
+    assert sent < 16 * MiB, sent  # the rest of the head was never read
+    assert got == b"" or got.startswith(b"HTTP/1.1 431"), got[:200]  # (or the refusal was lost to a reset)
+    many, _ = raw_head(url, path, (b"x-h%d: v\r\n" % i for i in range(500)))
+    assert many.startswith(b"HTTP/1.1 431") and b"more than 100 headers" in many, many[:300]
+    assert setup.engine.seen == []
+    # a harness's usual head still goes through
+    ok, _ = raw_head(url, path, (b"x-h%d: v\r\n" % i for i in range(20)))
+    assert ok.startswith(b"HTTP/1.1 200"), ok[:300]
