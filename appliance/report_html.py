@@ -3,7 +3,8 @@
 What it shows: the held-out learning curve with its 95 % Wilson intervals, the same per family and per level
 over iterations, the training metrics over optimizer steps (loss, reward, groups with signal, the
 engine/trainer logprob gap) read from the store's `metrics` rows, and the report itself (its Markdown
-rendered as HTML tables, lists and headings, so every section the report gains appears here too).
+rendered as HTML tables, lists and headings, so every section the report gains appears here too; the policy's
+own analysis is its text, in a block of its own, never Markdown: it cannot add a section).
 
 The points come from `appliance.charts` (the TUI's curves screen reads the same); the transfer dev set's
 curve is shown when the run evaluated it. The page needs nothing but a browser: the charts are inline SVG
@@ -49,8 +50,35 @@ def write_html(store: Store, run_id: str, report: CapabilityReport, markdown: st
     return path.resolve()
 
 
+ANALYSIS_HEADING = "## The policy's own analysis"
+
+
+def split_analysis(report: CapabilityReport, markdown: str) -> tuple[str, str]:
+    """The report's own Markdown, and the policy's analysis that `diagnosis.render_markdown` puts last under
+    ANALYSIS_HEADING (heading included in the first part). The analysis is the policy's text: rendered as
+    the report's Markdown, its headings and tables became sections of the page."""
+    text = report.analysis or ""
+    if text and markdown.endswith(text + "\n"):
+        return markdown[:len(markdown) - len(text) - 1], text
+    # (a report stored in another shape: everything after the first such heading, which the report wrote)
+    at = markdown.find(f"\n{ANALYSIS_HEADING}\n")
+    if at < 0:
+        return markdown, ""
+    cut = at + len(ANALYSIS_HEADING) + 2
+    return markdown[:cut], markdown[cut:]
+
+
+def analysis_html(text: str) -> str:
+    """The policy's analysis as plain paragraphs in its own block: every line escaped as text (a `#` heading,
+    a `|` table or a list of its own stays a line of text), **bold** and `code` alone rendered."""
+    paragraphs = [p for p in re.split(r"\n\s*\n", text.strip()) if p.strip()]
+    inner = "".join("<p>" + "<br>".join(_inline(line) for line in p.splitlines()) + "</p>" for p in paragraphs)
+    return f'<div class="analysis">{inner}</div>'
+
+
 def render_page(store: Store, run_id: str, report: CapabilityReport, markdown: str) -> str:
     iteration = report.iteration  # None (a report without it): the whole curve
+    markdown, analysis = split_analysis(report, markdown)
     head, _, body = markdown.partition("\n## ")
     body = "## " + body if body else ""
     curve, families, levels = heldout_charts(store, run_id, iteration)
@@ -70,7 +98,7 @@ def render_page(store: Store, run_id: str, report: CapabilityReport, markdown: s
         ('<h3>Transfer dev set</h3>' + svg_chart(dev)) if dev.points else "",
         '<h2 id="training">Training over optimizer steps</h2>',
         '<div class="grid">', *(svg_chart(c) for c in training), "</div>",
-        '<hr><div class="report">', markdown_html(body), "</div>",
+        '<hr><div class="report">', markdown_html(body), analysis_html(analysis) if analysis else "", "</div>",
         "</body></html>",
     ]
     return "\n".join(p for p in parts if p) + "\n"
@@ -221,4 +249,5 @@ table { border-collapse: collapse; margin: .5em 0; } th, td { border: 1px solid 
 th { background: #f0f0f0; } td { text-align: right; } td:first-child { text-align: left; }
 code { background: #f3f3f3; padding: 0 3px; white-space: pre-wrap; word-break: break-all; }
 .sub { color: #555; margin-left: 1em; }
+.analysis { border-left: 3px solid #ccc; padding-left: 1em; color: #333; }
 """

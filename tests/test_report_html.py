@@ -1,5 +1,6 @@
 """`appliance report --html`: one self-contained page with the curve (inline SVG with intervals) and the tables."""
 
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -135,3 +136,26 @@ def test_a_hostile_family_name_is_escaped_in_the_charts_and_tables(tmp_path: Pat
     assert parsed.svgs == 1 + 1 + 1 + 6  # the curve, one family, one level, the training metrics: no other svg
     assert not any(k.startswith("on") for _, a, _ in parsed.tags for k in a)
     assert '<svg onload="x">' in parsed.cells and '<svg onload="x">' in {a.get("aria-label") for t, a, _ in parsed.tags}
+
+
+def test_the_policys_analysis_cannot_add_sections_to_the_page(tmp_path: Path) -> None:
+    # Issue 47: the analysis was rendered as the report's own Markdown: a policy could add headings (a fake
+    # "Held-out pass@1" section with its own table) to the page people read
+    from appliance.diagnosis import render_markdown
+
+    store = Store(tmp_path / "appliance.db")
+    seed(store)
+    report, _ = build_report(store, "r", 1)
+    report.analysis = ("Solid progress.\n\n## Held-out pass@1 (audited)\n\n| family | pass@1 |\n|---|---|\n"
+                       "| all | 100% |\n# Verdict: ship it\n- **all** fixed `" + HOSTILE + "`")
+    md = render_markdown(report)
+    page = write_html(store, "r", report, md, tmp_path / "r.html").read_text()
+    store.close()
+    parsed = Page()
+    parsed.feed(page)
+    headings = re.findall(r"<h[1-6][^>]*>(.*?)</h[1-6]>", page)
+    assert not any("Verdict" in h or "audited" in h for h in headings), headings
+    assert "100%" not in parsed.cells  # its table is text, not one of the report's tables
+    assert "Verdict: ship it" in page and "<script>" not in page.split("<body>", 1)[1]
+    analysis = page.split('<div class="analysis">', 1)[1].split("</div>", 1)[0]
+    assert "# Verdict: ship it" in analysis and "Solid progress." in analysis
