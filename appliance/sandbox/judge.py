@@ -1,29 +1,39 @@
 """The verdict channel: run a verifier in a sandbox so that nothing inside can write its outcome.
 
-A verifier of a script or a code-fixing task runs the agent's own code, by design, as the agent's uid.
-Text that code can reach is no verdict: a persistent shell's stdout (with a sentinel the code can read
-out of the shell's memory) or the verifier's own stdout (inherited, or opened through /proc/PID/fd). So
-the verdict travels another way:
+A verifier of a script or a code-fixing task runs the agent's own code, by design. Text that code can
+reach is no verdict: a persistent shell's stdout (with a sentinel the code can read out of the shell's
+memory) or the verifier's own stdout (inherited, or opened through /proc/PID/fd). So the verdict travels
+another way:
 
 - a `podman exec --user 0 --privileged` whose top process is the launcher (one per sandbox, serving each
-  verdict in turn; image/judge-launcher.py): root, which first narrows its capabilities to KILL, SETUID
-  and SETGID (the container itself grants none: podman would hand a container's added capabilities to
-  its non-root user as ambient ones), so no process of the agent's uid may signal it (`kill -STOP`
-  included), ptrace it, or open its descriptors; its stdout pipe is held by it and the container
-  runtime alone; still under the container's seccomp filter and no-new-privileges;
-- the verifier runs as the launcher's child, dropped to the agent's uid, through an execute-only
-  interpreter: it is not dumpable, so the code it runs can neither rewrite its exit status nor read its
-  memory or descriptors; the launcher reads that status with waitpid;
+  verdict in turn; image/judge-launcher.py): root, which first narrows its capabilities to KILL, SETUID,
+  SETGID, CHOWN and DAC_READ_SEARCH (the container itself grants none: podman would hand a container's
+  added capabilities to its non-root user as ambient ones), so no process of the sandbox may signal it
+  (`kill -STOP` included), ptrace it, or open its descriptors; its stdout pipe is held by it and the
+  container runtime alone; still under the container's seccomp filter and no-new-privileges;
+- two uids: the verifier runs as the launcher's child dropped to the judge's uid (1001), over a workspace
+  the launcher hands to the judge for the run (owner judge, group agent, read-only: the agent's own
+  permissions copied to the group); the code under test runs as the agent's uid (1000), in a child the
+  launcher forks when the verifier asks on its fd 5 (`appliance_check.run_as_agent`), whose only outputs
+  are its stdout, stderr and exit status, and which ends with every process of the agent's uid. Code of
+  one uid can neither signal nor ptrace a process of the other, nor write a file the other owns, so the
+  code under test can neither kill nor stop the verifier, nor rewrite what it reads while it reads it.
+  Chosen over a second sandbox per verdict (a `podman exec` and a workspace copy per call: hundreds of
+  ms) and over a copy of the workspace per call (a script's output files would land in the copy);
+- the verifier runs from an execute-only interpreter: it is not dumpable, so what it runs directly
+  (as the judge: the task author's decision to trust it; the families never do) can neither rewrite its
+  exit status nor read its memory or descriptors; the launcher reads that status with waitpid;
 - the verifier's source (its expectations) is never in its argv or environment, which any process may
   read (/proc/PID/cmdline): it arrives as a sealed memfd on fd 4 that the bootstrap below reads and closes;
 - a partial score comes only from the verifier's fd 3, never from its stdout; the Python bootstrap makes
-  it close-on-exec, so nothing the verifier starts (os.system included) holds it;
-- the launcher kills everything else of the sandbox when the verifier is done.
+  fds 3 and 5 close-on-exec, so nothing the verifier starts (os.system included) holds them;
+- the launcher kills everything else of the sandbox when the verifier is done and gives what the judge
+  owns back to the agent's uid (the host's scrubs run as that uid).
 
-What the verifier's own logic concludes from the workspace and from the code it runs is its verdict;
-what that code can still do is make the verifier fail: kill it, or stop it, which the launcher ends at
-the time limit as the agent's `verifier_timeout`. A launcher that falls silent while its sandbox lives
-is judged the same way (no process inside can reach it), never as the machine's failure.
+What the verifier's own logic concludes from the workspace and from the code it runs is its verdict.
+Code it runs directly (as the judge) can still make it fail: kill it, or stop it, which the launcher
+ends at the time limit as the agent's `verifier_timeout`. A launcher that falls silent while its
+sandbox lives is judged the same way (no process inside can reach it), never as the machine's failure.
 """
 
 from __future__ import annotations
@@ -44,8 +54,9 @@ LIBEXEC = "/usr/local/libexec/appliance"
 LAUNCHER = [f"{LIBEXEC}/judge-python3", "-I", "-S", f"{LIBEXEC}/judge-launcher.py"]
 # The verifier's source arrives on fd 4; these bootstraps (all that its argv shows) read it, close it, run it.
 PY_BOOT = ("import os, sys\n"
-           "try:\n    os.set_inheritable(3, False)\n"  # the score channel reaches no process it starts
-           "except OSError:\n    pass\n"
+           "for fd in (3, 5):\n"  # the score and run-as-agent channels reach no process it starts
+           "    try:\n        os.set_inheritable(fd, False)\n"
+           "    except OSError:\n        pass\n"
            "with open(4, 'rb') as f:\n    code = compile(f.read(), '<verifier>', 'exec')\n"
            "del f\n"
            "exec(code, {'__name__': '__main__', '__builtins__': __builtins__})\n")
@@ -142,15 +153,17 @@ def _end(sb: SandboxAPI) -> None:
 
 
 def run_judge(sb: SandboxAPI, lang: str, source: str, *, timeout_s: float, env: dict[str, str],
-              spare: tuple[int, ...] = ()) -> JudgeRun:
+              spare: tuple[int, ...] = (), own: tuple[str, ...] = ()) -> JudgeRun:
     """Run `source` (python or bash) as the verifier over the sandbox's /workspace; see the module doc.
 
-    `spare`: pids the launcher leaves alive when it ends the uid's other processes (the driving shell).
+    `spare`: pids the launcher leaves alive when it ends the sandbox's other processes (the driving shell).
+    `own`: paths besides /workspace that the judge gets for the run (a question's answer file).
     Raises SandboxError only when the machine failed (the sandbox is gone, podman errors, the image lacks
     the launcher); whatever the workspace's code does ends in a JudgeRun."""
     session = _session(sb)
     request = json.dumps({"argv": INTERPRETERS[lang], "source": source, "timeout_s": timeout_s, "env": env,
-                          "spare": list(spare), "output_limit": sb.settings.sandbox.output_limit_bytes})
+                          "spare": list(spare), "own": list(own),
+                          "output_limit": sb.settings.sandbox.output_limit_bytes})
     try:
         assert session.proc.stdin is not None
         session.proc.stdin.write(request.encode() + b"\n")

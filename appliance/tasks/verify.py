@@ -5,7 +5,9 @@ run): a sandbox scrubbed clean, the workspace put in as the host prepared it (`p
 protected files restored, modules shadowing the standard library removed, git configuration that runs
 programs removed: `appliance.tasks.gitsafe`), made read-only, and the verifier run through the
 sandbox's verdict channel (`appliance.sandbox.judge`): a launcher no process of the sandbox can reach,
-which reads the verifier's exit status with waitpid and its partial score from its private fd 3.
+which reads the verifier's exit status with waitpid and its partial score from its private fd 3. The
+verifier runs as the judge's uid over a workspace the judge owns; the code under test it runs through
+`appliance_check.run_as_agent` runs as the agent's uid, out of reach of both.
 
 What the verdict trusts: the verifier's own logic. Pass means its process exited 0 within its time
 limit. A pass scores 1.0; a failure scores the partial credit the verifier wrote to fd 3 (`SCORE=x`,
@@ -106,7 +108,8 @@ def prepare(spec: TaskSpec, archive: bytes) -> tuple[bytes, list[str]]:
 def judge_env() -> dict[str, str]:
     """The verifier's whole environment: nothing inherited, a fixed PATH, git told to ignore what it
     would otherwise read from outside the repository and to run no hooks or monitors."""
-    return {"PATH": SAFE_PATH, "HOME": "/home/agent", "USER": "agent", "LANG": "C.UTF-8", "TERM": "dumb", **GIT_ENV}
+    # (the verifier runs as the image's judge user, whose home is empty and read-only)
+    return {"PATH": SAFE_PATH, "HOME": "/home/judge", "USER": "judge", "LANG": "C.UTF-8", "TERM": "dumb", **GIT_ENV}
 
 
 def judge(sb: SandboxAPI, spec: TaskSpec, archive: bytes, answer: str = "") -> JudgeRun:
@@ -116,16 +119,21 @@ def judge(sb: SandboxAPI, spec: TaskSpec, archive: bytes, answer: str = "") -> J
     put(sb, archive)
     shell = sb.shell()
     env = judge_env()
-    script = "chmod -R a-w /workspace"  # what the agent made unreadable stays so
+    # Read-only, the agent's permissions copied to the group: the launcher hands the tree to the judge (owner)
+    # with the agent's group, so the code under test reads what the agent could, and what the agent made
+    # unreadable stays so.
+    script = "chmod -R g=u,a-w /workspace"
+    own: tuple[str, ...] = ()
     if spec.answer:
         data = base64.b64encode(answer.encode()[:ANSWER_MAX_BYTES]).decode()
         script += f"; printf %s {data} | base64 -d > {ANSWER_FILE}; chmod 0444 {ANSWER_FILE}"
         env["ANSWER_FILE"] = ANSWER_FILE
+        own = (ANSWER_FILE,)
     shell.run(script, timeout=30)
     # The driving shell is spared (the next stage scrubs with it): it was as reachable to the code the
     # verifier runs before this channel existed, and a scrub that does not come out clean discards the sandbox.
     return run_judge(sb, spec.verify_lang, spec.verify, timeout_s=spec.limits.verifier_timeout_s, env=env,
-                     spare=(shell.pid,))
+                     spare=(shell.pid,), own=own)
 
 
 def put(sb: SandboxAPI, archive: bytes) -> None:

@@ -15,6 +15,20 @@ frames mean no values: every expression fails.
 
 Equality is Python's `==` after a JSON round trip (3.0 equals 3; a tuple comes back as a list), except
 that a bool equals only a bool (a function that should answer False must not answer 0 or None).
+
+`run_as_agent(argv, stdin=..., timeout=..., env=...)` runs the code under test (a script the agent wrote)
+as the agent's uid, through the verifier's launcher (fd 5): the verifier runs as another uid, so that
+code can neither kill, stop nor inspect it, nor change a file of the workspace while it reads it; the
+call returns a `subprocess.CompletedProcess` (returncode, stdout, stderr; 124 and the reason in stderr
+when it ran out of time), and nothing it started outlives it. `returns` imports the module that way.
+
+    from appliance_check import run_as_agent
+    r = run_as_agent(["python3", "total.py", "/tmp/hidden.csv"], timeout=10)
+    sys.exit(0 if r.stdout.strip() == "42" else 1)
+
+A file the verifier hands it must be readable by others (the agent's uid): write it in /tmp, not in a
+`tempfile.mkdtemp()` directory (mode 0700). Outside the appliance's launcher (fd 5 absent: a verifier
+tried by hand) it runs the command directly, as the caller's uid.
 """
 
 from __future__ import annotations
@@ -22,7 +36,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
+import stat
 import subprocess
+
+AGENT_FD = 5  # the launcher's run-as-agent channel, held by the verifier's own process only
+AGENT_ENV = {"HOME": "/home/agent", "USER": "agent"}
 
 # The child: reads its request on stdin, imports the module, evaluates each expression with the module's
 # names, prints [["value", json, truth] | ["error", text], ...] between two nonces, and exits.
@@ -54,13 +73,9 @@ def values(module: str, exprs: list[str], timeout: float = 20) -> dict[str, tupl
     child `python3`), came to: ("value", value) or ("error", text)."""
     nonce = "@" + os.urandom(16).hex() + "@"
     request = json.dumps({"module": module, "exprs": list(exprs), "nonce": nonce}) + "\n"
-    try:
-        r = subprocess.run(["python3", "-c", CHILD], input=request, capture_output=True, text=True,
-                           timeout=timeout, errors="replace")
-        frames = re.findall(re.escape(nonce) + r"(.*?)" + re.escape(nonce), r.stdout)
-        why = (r.stderr.strip().splitlines() or [f"it exited {r.returncode} and printed no values"])[-1][:300]
-    except (OSError, subprocess.TimeoutExpired) as e:
-        frames, why = [], f"{type(e).__name__}: {e}"[:300]
+    r = run_as_agent(["python3", "-c", CHILD], stdin=request, timeout=timeout)
+    frames = re.findall(re.escape(nonce) + r"(.*?)" + re.escape(nonce), r.stdout)
+    why = (r.stderr.strip().splitlines() or [f"it exited {r.returncode} and printed no values"])[-1][:300]
     got: list = []
     if len(frames) == 1:
         try:
@@ -106,3 +121,45 @@ def returns(module: str, cases: dict[str, object], timeout: float = 20) -> dict[
         elif not same(value, want):
             wrong[expr] = f"{json.dumps(value)[:80]}, expected {json.dumps(want, default=repr)[:80]}"
     return wrong
+
+
+def run_as_agent(argv: list[str], stdin: str | None = None, timeout: float = 20, env: dict[str, str] | None = None,
+                 cwd: str = "/workspace") -> subprocess.CompletedProcess:
+    """Run `argv` (looked up on PATH) as the agent's uid in `cwd`, with `stdin` as its input; its exit status
+    and (bounded) output. `env`: its whole environment (default: the verifier's, with the agent's HOME)."""
+    env = dict(os.environ, **AGENT_ENV) if env is None else dict(env)
+    argv = [str(a) for a in argv]
+    try:
+        channel = stat.S_ISSOCK(os.fstat(AGENT_FD).st_mode)
+    except OSError:
+        channel = False
+    if not channel:
+        try:
+            return subprocess.run(argv, input=stdin or "", capture_output=True, text=True, timeout=timeout, env=env,
+                                  cwd=cwd, errors="replace")
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return subprocess.CompletedProcess(argv, 124, "", f"{type(e).__name__}: {e}"[:300])
+    request = {"argv": argv, "stdin": stdin or "", "timeout": timeout, "env": env, "cwd": cwd}
+    sock = socket.socket(fileno=os.dup(AGENT_FD))  # (a dup: closing it leaves fd 5 for the next call)
+    try:
+        sock.sendall(json.dumps(request).encode() + b"\n")
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                break
+            data += chunk
+    except OSError as e:
+        data = json.dumps({"error": f"run_as_agent: {e}"}).encode()
+    finally:
+        sock.close()
+    try:
+        reply = json.loads(data or b"{}")
+    except ValueError:
+        reply = {}
+    if "returncode" not in reply:
+        why = reply.get("error") or "the launcher gave no answer"
+        return subprocess.CompletedProcess(argv, 124, "", str(why))
+    stderr = reply["stderr"] + (f"\n[ran past {timeout:g} s]" if reply.get("timed_out") else "")
+    code = 124 if reply.get("timed_out") else reply["returncode"]
+    return subprocess.CompletedProcess(argv, code, reply["stdout"], stderr)

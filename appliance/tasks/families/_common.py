@@ -81,6 +81,12 @@ def done():
 '''
 
 
+# Code under test (a script the agent wrote, its module) runs as the agent's uid, never as the verifier's:
+# `run_as_agent` (appliance_check, in the image) asks the verifier's launcher to run it, so that code can
+# neither kill nor stop the verifier nor change a file while the verifier reads it. Same call as `run`.
+AGENT_RUN = "from appliance_check import run_as_agent\n"
+
+
 def verifier(body: str) -> str:
     return PRELUDE + "\n" + body.strip("\n") + "\ndone()\n"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from appliance.tasks.families._common import AGENT_RUN
 from appliance.tasks.families._kinds import one_line, py_checks, sed_edit
 from appliance.tasks.families._ops import Case, Ctx, op, q, text_of
 
@@ -126,7 +127,7 @@ def _typo(c: Ctx) -> Case:
     expected = [f"Order summary for {day}", f"failed: {sum('FAILED' in r for r in rows)}", f"log: {log}",
                 f"total: {len(rows)}", "done"]
     verify = (one_line(src, text_of(lines), idx, re.escape(good), f"line {idx + 1} should be {good}") + "\n"
-              f"_r = run(['bash', {src!r}])\n"
+              + AGENT_RUN + f"_r = run_as_agent(['bash', {src!r}])\n"
               f"check(_r.returncode == 0 and norm(_r.stdout) == {expected!r}, 'bash {src} should print ' + "
               f"repr({expected!r}) + ', it printed ' + repr(_r.stdout[-300:]) + ' ' + repr(_r.stderr[-200:]))")
     fix = f"sed -i '{idx + 1}s/.*/{good.replace('/', chr(92) + '/')}/' {q(src)}"

@@ -11,6 +11,8 @@ import re
 import shlex
 from collections.abc import Sequence
 
+from appliance.tasks.families._common import AGENT_RUN
+
 ANSWERS = ["answer.txt", "result.txt", "reply.txt", "findings.txt", "out.txt"]
 
 
@@ -59,7 +61,7 @@ def py_checks(module: str, calls: Sequence[tuple[str, object]], what: str) -> st
             f"import {module} as m\n"
             f"print('\\nRESULT=' + json.dumps([repr(eval(e, vars(m))) for e in {[e for e, _ in calls]!r}]))")
     want = [repr(v) for _, v in calls]
-    return (f"_r = run(['python3', '-B', '-c', {code!r}])\n"
+    return (AGENT_RUN + f"_r = run_as_agent(['python3', '-B', '-c', {code!r}])\n"
             "_out = _r.stdout.rsplit('RESULT=', 1)\n"
             "_got = json.loads(_out[1]) if _r.returncode == 0 and len(_out) == 2 else None\n"
             f"for _e, _w, _g in zip({[e for e, _ in calls]!r}, {want!r}, _got or [None] * {len(calls)}):\n"

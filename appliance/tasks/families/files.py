@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from appliance.tasks.families._common import NAMES, WORDS, make, pick, spelled_out
+from appliance.tasks.families._common import AGENT_RUN, NAMES, WORDS, make, pick, spelled_out
 from appliance.tasks.families._ops import (
     STEMS,
     Case,
@@ -225,7 +225,8 @@ def _ln(c: Ctx) -> Case:
 def _chmod(c: Ctx) -> Case:
     src = c.pick(["deploy.sh", "backup.sh", "run.sh", "build.sh", "cleanup.sh"])
     verify = (f"check(os.access({src!r}, os.X_OK), '{src} should be executable')\n"
-              f"r = run(['./' + {src!r}])\ncheck(r.stdout.strip() == 'ok', './{src} should print ok')")
+              + AGENT_RUN + f"r = run_as_agent(['./' + {src!r}])\n"
+              f"check(r.stdout.strip() == 'ok', './{src} should print ok')")
     return Case({src: "#!/bin/bash\necho ok\n"}, verify, f"chmod +x {src}", dict(src=src))
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from appliance.tasks.families._common import PEOPLE, WORDS, make, pick, spelled_out
+from appliance.tasks.families._common import AGENT_RUN, PEOPLE, WORDS, make, pick, spelled_out
 from appliance.tasks.families._ops import Case, Ctx, generate_family, op, sentences, text_of
 from appliance.tasks.format import TaskSpec
 
@@ -18,10 +18,10 @@ def generate(level: int, rng: random.Random, *, split: str = "train", hint: str 
 
 
 def _runs(cmd: list[str], cases: list[tuple[list[str], str]]) -> str:
-    """Checks that `cmd + args` prints the expected output for each case."""
-    return (f"CMD = {cmd!r}\n"
+    """Checks that `cmd + args` (run as the agent) prints the expected output for each case."""
+    return (AGENT_RUN + f"CMD = {cmd!r}\n"
             f"for args, want in {cases!r}:\n"
-            "    r = run(CMD + args)\n"
+            "    r = run_as_agent(CMD + args)\n"
             "    check(norm(r.stdout) == norm(want),\n"
             "          f'{\" \".join(CMD + args)} should print {want!r}, printed {r.stdout!r} {r.stderr[-200:]!r}')")
 
@@ -122,10 +122,10 @@ def _pycount(c: Ctx) -> Case:
     name = c.pick(["countword", "matches", "linecount", "grepcount"])
     files = {"sample.txt": text_of(sentences(c.rng, 5))}
     cases = [(["sample.txt", "the"], str(sum("the" in x for x in files["sample.txt"].splitlines())))]
-    verify = ("import tempfile\nd = tempfile.mkdtemp()\n"
+    verify = ("import tempfile\nd = tempfile.mkdtemp()\nos.chmod(d, 0o755)\n"  # (the agent's uid reads it)
               "open(d + '/t.txt', 'w').write('a cat\\nno\\ncat cat\\nCat\\n')\n"
               + _runs(["python3", f"{name}.py"], cases) + "\n"
-              f"r = run(['python3', '{name}.py', d + '/t.txt', 'cat'])\n"
+              f"r = run_as_agent(['python3', '{name}.py', d + '/t.txt', 'cat'])\n"
               "check(r.stdout.strip() == '2', 'hidden case: 2')")
     sol = (f"cat > {name}.py <<'EOF'\nimport sys\npath, word = sys.argv[1], sys.argv[2]\n"
            "print(sum(1 for line in open(path) if word in line))\nEOF")
@@ -154,10 +154,10 @@ def _count(c: Ctx) -> Case:
 def _env(c: Ctx) -> Case:
     name, var = c.pick(["show_env", "which_env", "mode"]), c.pick(["APP_ENV", "STAGE", "TARGET"])
     default = c.pick(["development", "local", "staging"])
-    verify = ("import os as _os\n"
-              f"r = run(['bash', '{name}.sh'], env={{k: v for k, v in _os.environ.items() if k != '{var}'}})\n"
+    verify = (AGENT_RUN + "import os as _os\n"
+              f"r = run_as_agent(['bash', '{name}.sh'], env={{k: v for k, v in _os.environ.items() if k != '{var}'}})\n"
               f"check(r.stdout.strip() == '{default}', 'unset: should print {default}, printed ' + repr(r.stdout))\n"
-              f"r = run(['bash', '{name}.sh'], env=dict(_os.environ, {var}='prod-eu'))\n"
+              f"r = run_as_agent(['bash', '{name}.sh'], env=dict(_os.environ, {var}='prod-eu'))\n"
               "check(r.stdout.strip() == 'prod-eu', 'set: should print its value, printed ' + repr(r.stdout))")
     return Case({}, verify, f"printf '%s\\n' 'echo \"${{{var}:-{default}}}\"' > {name}.sh",
                 dict(name=name, var=var, default=default))
