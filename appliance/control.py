@@ -171,12 +171,16 @@ def answer_pending(store: Store, run_id: str, *, step: Callable[[], None],
 ROLLOUT_PHASES = ("practise", "evaluate")  # the phases with a safe point before each rollout
 
 
-def phase_answer(command: ControlCommand, progress: dict[str, Any] | None) -> str | None:
+def phase_answer(command: ControlCommand, progress: dict[str, Any] | None, *, paused: bool = False) -> str | None:
     """What the phase in flight (`progress`, the loop's heartbeat's) does about a pause or a stop now, for
-    the answer; None between phases (the answer is `ANSWERS[command]`)."""
+    the answer; None between phases (the answer is `ANSWERS[command]`). `paused`: already held at a safe
+    point (a stop now asked while paused)."""
     if progress is None:
         return None
     phase, stage = progress["phase"], progress.get("stage")
+    if phase == TRAIN_PHASE:
+        return _training_answer(command, int(progress.get("steps_done") or 0),
+                                int(progress.get("steps_total") or 0), paused)
     if stage:
         doing = f"{stage} in the {phase} phase runs to its end first" + (
             ", then no new rollouts start" if phase in ROLLOUT_PHASES else "")
@@ -192,6 +196,30 @@ def phase_answer(command: ControlCommand, progress: dict[str, Any] | None) -> st
     if command == ControlCommand.PAUSE:
         return f"pausing: {doing}"
     return f"stopping: {doing}; `appliance run` then ends, and continues the run when run again"
+
+
+TRAIN_PHASE = "train"  # a safe point before each optimizer step (`training.learn.Steer`)
+
+
+def _training_answer(command: ControlCommand, done: int, total: int, paused: bool) -> str:
+    """A training phase stops before its next optimizer step (the one in flight ends first)."""
+    if not total:
+        where = "before its first step"
+    elif done >= total:
+        where = None
+    else:
+        where = f"{'before' if paused else 'after'} step {done + 1} of {total}"
+    if command == ControlCommand.PAUSE:
+        if where is None:
+            return (f"pausing: training took its last step ({done} of {total}); saving and syncing the weights run "
+                    "to their end first")
+        return (f"pausing: training stops {where}; the trainer keeps its memory (the GPU) while paused: "
+                "`appliance stop --now` saves what it trained and frees the machine")
+    if where is None:
+        return (f"stopping: training took its last step ({done} of {total}); saving and syncing the weights run to "
+                "their end first; `appliance run` then ends, and continues the run when run again")
+    saved = " and saves what it trained" if total else ""
+    return f"stopping: training stops {where}{saved}; `appliance run` then ends, and continues the run when run again"
 
 
 class Steering:

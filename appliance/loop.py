@@ -7,8 +7,9 @@ restart) redoes only what the store does not show as done, because each phase is
 right policy. A phase's failure uses up one of `loop.phase_attempts` (`appliance.attempts`).
 
 Controls are answered by the steering thread (`start_steering`: a heartbeat about every second, whatever
-phase runs) and at each tick (`appliance.control`); they take effect between phases and before each
-rollout starts (`PhaseContext.safe_point`): a pause holds new rollouts back, a stop now starts none.
+phase runs) and at each tick (`appliance.control`); they take effect between phases, before each
+rollout starts (`PhaseContext.safe_point`) and before each training step (`phases.train.steer`): a pause
+holds new rollouts (or the next step) back, a stop now starts none (and saves the training done so far).
 """
 
 from __future__ import annotations
@@ -184,7 +185,7 @@ class Loop:
         self.context.stop_now.set()
         if self.on_stop_now is not None:
             self.on_stop_now()
-        return phase_answer(ControlCommand.STOP_NOW, self.progress())
+        return phase_answer(ControlCommand.STOP_NOW, self.progress(), paused=self._held())
 
     def _stop_requested(self) -> bool:
         """A stop-after-iteration answered since this run last (re)started counts, also across a restart."""

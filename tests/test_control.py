@@ -152,8 +152,26 @@ def test_the_answer_says_when_a_pause_or_stop_takes_effect() -> None:
     validating = {**rollouts, "in_flight": 0, "stage": "validating 40 tasks"}
     assert control.phase_answer(ControlCommand.PAUSE, validating) == (
         "pausing: validating 40 tasks in the evaluate phase runs to its end first, then no new rollouts start")
-    training = {"phase": "train", "in_flight": 0, "stage": ""}
+    synthesizing = {"phase": "synthesize", "in_flight": 0, "stage": ""}
+    assert control.phase_answer(ControlCommand.PAUSE, synthesizing) == (
+        "pausing: the synthesize phase in flight has no safe point inside; it runs to its end first")
+    assert control.phase_answer(ControlCommand.STOP_NOW, synthesizing).startswith(
+        "stopping: the synthesize phase in flight stops at its next check, as on SIGTERM; `appliance run` then ends")
+
+
+def test_the_answer_in_a_training_phase_names_the_step_it_stops_after() -> None:
+    training = {"phase": "train", "in_flight": 0, "stage": "", "steps_done": 2, "steps_total": 8}
     assert control.phase_answer(ControlCommand.PAUSE, training) == (
-        "pausing: the train phase in flight has no safe point inside; it runs to its end first")
-    assert control.phase_answer(ControlCommand.STOP_NOW, training).startswith(
-        "stopping: the train phase in flight stops at its next check, as on SIGTERM; `appliance run` then ends")
+        "pausing: training stops after step 3 of 8; the trainer keeps its memory (the GPU) while paused: "
+        "`appliance stop --now` saves what it trained and frees the machine")
+    assert control.phase_answer(ControlCommand.STOP_NOW, training) == (
+        "stopping: training stops after step 3 of 8 and saves what it trained; `appliance run` then ends, and "
+        "continues the run when run again")
+    assert control.phase_answer(ControlCommand.STOP_NOW, training, paused=True).startswith(
+        "stopping: training stops before step 3 of 8 and saves what it trained")
+    preparing = {**training, "steps_done": 0, "steps_total": 0}
+    assert control.phase_answer(ControlCommand.PAUSE, preparing).startswith(
+        "pausing: training stops before its first step;")
+    saving = {**training, "steps_done": 8}
+    assert control.phase_answer(ControlCommand.PAUSE, saving) == (
+        "pausing: training took its last step (8 of 8); saving and syncing the weights run to their end first")

@@ -28,7 +28,8 @@ HOLD_POLL_S = 0.2  # how often a rollout held back by a pause looks again
 @dataclass
 class PhaseProgress:
     """The phase in flight, as `appliance status` shows it (the loop's heartbeat carries it): rollouts done of
-    those it has drawn so far (finished before a restart included), those running now, since when."""
+    those it has drawn so far (finished before a restart included), those running now, since when; in a
+    training phase, its optimizer steps done of its total (those done before a stop midway included)."""
 
     phase: str = ""
     iteration: int = -1
@@ -38,6 +39,9 @@ class PhaseProgress:
     in_flight: int = 0
     ran: int = 0  # finished in this process: what the estimate of the rest is measured on
     stage: str = ""  # work of the phase without a safe point inside, while it runs ("validating 40 tasks")
+    steps_done: int = 0  # training steps (SFT's and GRPO's optimizer steps) done of `steps_total`
+    steps_total: int = 0  # 0: not training (yet)
+    _steps_from: tuple[float, int] | None = field(default=None, repr=False, compare=False)  # first safe point
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, total: int, done: int) -> None:
@@ -45,15 +49,26 @@ class PhaseProgress:
             self.total += total
             self.done += done
 
+    def steps(self, done: int, total: int) -> None:
+        """A training step's safe point: `done` of the phase's `total` optimizer steps are done."""
+        with self._lock:
+            if self._steps_from is None:
+                self._steps_from = (time.time(), done)
+            self.steps_done, self.steps_total = done, total
+
     def as_dict(self) -> dict[str, Any]:
         with self._lock:
-            elapsed = time.time() - self.started_at
+            at = time.time()
+            elapsed = at - self.started_at
             # the rollouts drawn so far at the pace of those run here (concurrency included); None before one
             left = elapsed / self.ran * max(0, self.total - self.done) if self.ran else None
+            if self._steps_from is not None and self.steps_done > self._steps_from[1]:
+                since, first = self._steps_from  # the steps left at the pace of those taken in this process
+                left = (at - since) / (self.steps_done - first) * max(0, self.steps_total - self.steps_done)
             return {"phase": self.phase, "iteration": self.iteration, "started_at": self.started_at,
                     "elapsed_s": round(elapsed, 1), "done": self.done, "total": self.total,
                     "in_flight": self.in_flight, "left_s": None if left is None else round(left, 1),
-                    "stage": self.stage}
+                    "stage": self.stage, "steps_done": self.steps_done, "steps_total": self.steps_total}
 
     @contextmanager
     def during(self, stage: str) -> Iterator[None]:

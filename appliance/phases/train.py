@@ -7,6 +7,11 @@ the loss.
 Weights the engine refuses at their sync (a failed reload or canary: it serves the previous policy on)
 are not thrown away: they are kept beside the published versions, a `rollback` event says so (the TUI's
 overview and the iteration's report show it), and the next TRAIN goes on from them.
+
+The loop steers the training at its safe point before each optimizer step (`steer`): a pause holds the next
+step (the trainer keeps its memory meanwhile), `appliance stop --now` or SIGTERM saves what was trained so
+far, and the next start finishes the phase from there (`training.midway`). The phase's progress counts
+the training steps done of its total.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from appliance.hindsight import relabel_hindsight
 from appliance.phases.context import PhaseContext
 from appliance.schemas import CapabilityReport, Checkpoint, RolloutStatus
 from appliance.store import Store
-from appliance.training.learn import SyncRolledBack, learn
+from appliance.training.learn import Steer, StepWord, SyncRolledBack, learn
 
 ROLLED_BACK = "rollback"  # the event kind of trained weights the engine refused
 
@@ -39,7 +44,7 @@ def train(ctx: PhaseContext, index: int) -> None:
     try:
         result = learn(ctx.store, mix.settings, ctx.engine, rollouts, samples, run_id=ctx.run_id, iteration=index,
                        steps=ctx.settings.loop.train_steps, demonstrations=mix.samples,
-                       should_stop=ctx.practice.stopping.is_set, resume=resume)
+                       steer=steer(ctx), resume=resume)
     except DiskFull:
         raise  # not a failed sync: a run that goes on without ever saving would learn nothing for days
     except SyncRolledBack as e:
@@ -55,6 +60,17 @@ def train(ctx: PhaseContext, index: int) -> None:
         drop_refused(ctx, resume)  # a published version trained on from them serves now
     ctx.event("train", f"iteration {index}: policy version {result.policy_version}", sum(result.timings.values()),
               steps=len(result.steps))
+
+
+def steer(ctx: PhaseContext) -> Steer:
+    """The loop's controls at the training's safe points, and its progress for `appliance status`."""
+
+    def word() -> StepWord:
+        if ctx.stop_now.is_set() or ctx.practice.stopping.is_set():
+            return "stop"
+        return "hold" if ctx.held() else "go"
+
+    return Steer(word, ctx.progress.steps)
 
 
 def demonstration_mix(ctx: PhaseContext, index: int, rl_samples: int) -> DemoMix:

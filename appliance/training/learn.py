@@ -18,6 +18,11 @@ TUI draws the timeline and the learning curve. The trainer is built per phase an
 afterwards, so its memory is back for serving; resume-from-checkpoint is therefore the normal path, tested
 on every phase, not a recovery path that rots.
 
+Between two optimizer steps (SFT's or GRPO's, here or in the workers) the phase passes a safe point
+(`Steer`): a pause holds the next step back while the trainer keeps its memory (the GPU stays the trainer's;
+serving sleeps), and a stop (`appliance stop --now`, SIGTERM) saves what was trained so far as the phase's
+midway state (`midway.py`), from which the next start finishes the phase, repeating no step.
+
 `training.processes` = 1 trains in this process. More (0 = one per visible GPU) runs the same steps in
 that many data-parallel workers launched through accelerate while serving sleeps (`multiprocess.py`); the
 workers' rank 0 saves the checkpoint and reports the steps' metrics, which this process records.
@@ -32,7 +37,7 @@ import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, Literal
 
 from appliance.config import Settings
 from appliance.errors import EngineError, Interrupted
@@ -40,9 +45,31 @@ from appliance.schemas import Checkpoint, Event, Rollout, Sample
 from appliance.seams import EngineControl
 from appliance.store import Store
 from appliance.training.advantages import GroupedBatch, build_groups
+from appliance.training.midway import Midway, drop_midway, frozen_file, load_midway, midway_dir, save_midway
 
 if TYPE_CHECKING:
     from appliance.training.trainer import PolicyTrainer
+
+
+StepWord = Literal["go", "hold", "stop"]
+HOLD_POLL_S = 0.2  # how often a held training step looks again
+
+
+@dataclass
+class Steer:
+    """How the loop steers a training phase at its safe points, before each optimizer step: `word()` says go,
+    hold (a pause: the step waits) or stop (the phase saves its midway state and raises Interrupted);
+    `progress(done, total)` hears the steps done of the phase's total at each safe point."""
+
+    word: Callable[[], StepWord]
+    progress: Callable[[int, int], None] = lambda done, total: None
+
+    def safe_point(self, done: int, total: int) -> None:
+        self.progress(done, total)
+        while (word := self.word()) == "hold":
+            time.sleep(HOLD_POLL_S)
+        if word == "stop":
+            raise Interrupted(f"training step {done + 1} of {total} not started: the run is stopping")
 
 
 @dataclass
@@ -83,7 +110,7 @@ def split_groups(batch: GroupedBatch, steps: int) -> list[GroupedBatch]:
 
 def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: list[Rollout], samples: list[Sample],
           *, run_id: str | None, iteration: int | None, steps: int = 1,
-          demonstrations: list[Sample] | None = None, should_stop: Callable[[], bool] | None = None,
+          demonstrations: list[Sample] | None = None, steer: Steer | None = None,
           resume: Checkpoint | None = None) -> LearnResult:
     """Train on the rollouts' samples while the engine is paused; returns the new policy version and metrics.
 
@@ -91,49 +118,63 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
     on from them rather than from the version served, so a refused sync does not throw the training away.
 
     `demonstrations` (appliance.demonstrations) are SFT-only samples, trained with the successes whatever
-    training.method says; they never enter the GRPO groups. `should_stop` is asked between optimizer steps
-    of the in-process trainer, and every second while workers train: when it says yes the phase raises
-    Interrupted, publishes nothing and leaves
-    the engine paused for the shutdown to stop (waking it would only delay the exit)."""
+    training.method says; they never enter the GRPO groups. `steer` is asked before each optimizer step
+    (in this process, or through the workers' job folder): a hold waits there, a stop saves the phase's
+    midway state, raises Interrupted, publishes nothing and leaves the engine paused for the shutdown to
+    stop (waking it would only delay the exit). A midway state of this iteration's phase is finished first,
+    on the inputs it started with."""
     from appliance.training.multiprocess import resolve_processes
-    from appliance.training.sft import successful_samples
+    from appliance.training.sft import sft_plan, successful_samples
 
     cfg = settings.training
-    # Groups whose rollouts all scored the same teach nothing; without a KL term they are left out before
-    # the steps are dealt, so no step is taken (and no version published) on momentum alone.
-    # ppo keeps them: its critic's baseline gives their turns an advantage (and they are the critic's data).
-    batch = build_groups(rollouts, samples, min_valid_rollouts=cfg.min_valid_rollouts,
-                         scale_rewards=cfg.scale_rewards and cfg.loss_type != "dr_grpo",
-                         keep_zero_std=cfg.beta != 0.0 or cfg.method == "ppo")
-    sft_samples = successful_samples(rollouts, samples) if cfg.method in ("sft", "both") else []
-    sft_samples += list(demonstrations or [])
     result = LearnResult(engine.policy_version, None)
     timings = result.timings
+    processes = resolve_processes(cfg)  # a bad training.processes fails here, before serving pauses
+    folder = midway_dir(settings.checkpoints_dir, run_id, iteration)
+    midway = load_midway(folder, run_id, iteration)
+    if midway is not None and not frozen_file(folder, 0, processes).exists():
+        store.add_event(Event("train", "the training stopped midway was saved by another number of trainer "
+                              "processes: the phase starts over", run_id, {"iteration": iteration}))
+        midway = None
     # a run that continues from a trained policy (its first LEARN phase) trains on from the version served
     latest = resume or store.latest_checkpoint(run_id) or store.checkpoint_of_version(engine.policy_version)
-    global_step = int(latest.metrics.get("global_step", 0)) if latest else 0
 
     def note(what: str, seconds: float, **data: object) -> None:
         store.add_event(Event("train", what, run_id, {"iteration": iteration, **data}, seconds))
 
-    if not batch.samples and not sft_samples:
-        what = "no signal: every group's rollouts scored the same" if batch.zero_std_groups else "nothing to train on"
-        note(what, 0.0, dropped_groups=batch.dropped_groups, zero_std_groups=batch.zero_std_groups,
-             infra_errors=batch.infra_errors)
-        store.add_metrics(run_id, global_step, _batch_metrics(batch))
-        result.steps.append(_batch_metrics(batch))
-        return result
-
-    processes = resolve_processes(cfg)  # a bad training.processes fails here, before serving pauses
+    if midway is None:
+        drop_midway(folder)  # another run's or a half-written one
+        # Groups whose rollouts all scored the same teach nothing; without a KL term they are left out before
+        # the steps are dealt, so no step is taken (and no version published) on momentum alone.
+        # ppo keeps them: its critic's baseline gives their turns an advantage (and they are the critic's data).
+        batch = build_groups(rollouts, samples, min_valid_rollouts=cfg.min_valid_rollouts,
+                             scale_rewards=cfg.scale_rewards and cfg.loss_type != "dr_grpo",
+                             keep_zero_std=cfg.beta != 0.0 or cfg.method == "ppo")
+        sft_samples = successful_samples(rollouts, samples) if cfg.method in ("sft", "both") else []
+        sft_samples += list(demonstrations or [])
+        global_step = int(latest.metrics.get("global_step", 0)) if latest else 0
+        if not batch.samples and not sft_samples:
+            what = ("no signal: every group's rollouts scored the same" if batch.zero_std_groups
+                    else "nothing to train on")
+            note(what, 0.0, dropped_groups=batch.dropped_groups, zero_std_groups=batch.zero_std_groups,
+                 infra_errors=batch.infra_errors)
+            store.add_metrics(run_id, global_step, _batch_metrics(batch))
+            result.steps.append(_batch_metrics(batch))
+            return result
+        parts = split_groups(batch, steps) if cfg.method in ("grpo", "both", "ppo") and batch.samples else []
+        work = Midway(run_id, iteration, sft_samples, parts, len(sft_plan(cfg, sft_samples)) if sft_samples else 0,
+                      global_step=global_step)
+        resume_from, resume_kind = (Path(latest.path), latest.kind) if latest else (None, None)
+    else:
+        work, resume_from, resume_kind = midway, folder, midway.kind
+        note("training goes on from where it stopped", 0.0, steps_done=work.done, steps_total=work.total,
+             global_step=work.global_step)
     settings.check_lora_rank()  # as does a LoRA rank the engine would refuse (set after the settings loaded)
-    parts = split_groups(batch, steps) if cfg.method in ("grpo", "both", "ppo") and batch.samples else []
-    resume_from, resume_kind = (Path(latest.path), latest.kind) if latest else (None, None)
+    result.steps = list(work.steps)
 
     def record(step: dict[str, float]) -> None:
-        nonlocal global_step
-        global_step += 1
         result.steps.append(step)
-        store.add_metrics(run_id, global_step, step)
+        store.add_metrics(run_id, work.global_step, step)
 
     with _timed(timings, "pause_s"):
         engine.pause_for_training()
@@ -147,29 +188,40 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
 
             with _timed(timings, "load_s"):
                 trainer = PolicyTrainer(cfg, settings.model_path, resume_from=resume_from, resume_kind=resume_kind)
+
+            def keep(w: Midway) -> None:
+                assert trainer is not None
+                save_midway(trainer, w, folder)
+
             with _timed(timings, "train_s"):
-                run_steps(trainer, sft_samples, parts, record, should_stop)
-            note("trained", timings["train_s"], steps=len(result.steps), global_step=global_step)
+                run_steps(trainer, work.sft_samples, work.parts, record, steer.safe_point if steer else None,
+                          work=work, resumed_from=folder if midway is not None else None, keep=keep)
+            note("trained", timings["train_s"], steps=len(result.steps), global_step=work.global_step)
             with _timed(timings, "save_s"):
                 kind = trainer.save(path)
-            del trainer  # free the trainer's memory before the engine wakes into it
+            del trainer, keep  # free the trainer's memory before the engine wakes into it
             trainer = None
             _free_memory()
         else:
             from appliance.training.multiprocess import train_in_workers
 
             out = train_in_workers(settings, processes, resume_from=resume_from, resume_kind=resume_kind,
-                                   sft_samples=sft_samples, parts=parts, save_to=path, should_stop=should_stop)
+                                   work=work, midway=folder, resumed=midway is not None, save_to=path, steer=steer)
             for step in out.steps:
+                work.global_step += 1
                 record(step)
+            if out.interrupted:
+                raise Interrupted("training stopped between two steps; what it trained is saved to go on from")
             kind = out.kind
             timings["train_s"], timings["save_s"] = out.timings["train_s"], out.timings["save_s"]
             # launching the workers, their imports and model load, and their exit count as loading
             timings["load_s"] = max(0.0, out.wall_s - timings["train_s"] - timings["save_s"])
-            note("trained", timings["train_s"], steps=len(result.steps), global_step=global_step, processes=processes)
+            note("trained", timings["train_s"], steps=len(result.steps), global_step=work.global_step,
+                 processes=processes)
+        drop_midway(folder)  # what it held is in `path` now
         if any(step.get("trained_tokens") or step.get("sft_steps") for step in result.steps):
             synced = True  # from here on the engine, not this phase, brings serving back
-            summary = {**_last(result.steps), "global_step": float(global_step)}
+            summary = {**_last(result.steps), "global_step": float(work.global_step)}
             try:
                 with _timed(timings, "sync_s"):
                     result.policy_version = engine.load_weights(path, kind)
@@ -197,7 +249,7 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
             with _timed(timings, "resume_s"):
                 engine.resume()
             note("serving resumed without new weights", timings["resume_s"], policy_version=engine.policy_version)
-    store.add_metrics(run_id, global_step, {k: v for k, v in timings.items()})
+    store.add_metrics(run_id, work.global_step, {k: v for k, v in timings.items()})
     return result
 
 
@@ -232,7 +284,9 @@ def drop_stale_optimizer_states(store: Store) -> list[Path]:
 
 
 def run_steps(trainer: PolicyTrainer, sft_samples: list[Sample], parts: list[GroupedBatch],
-              record: Callable[[dict[str, float]], None], should_stop: Callable[[], bool] | None = None) -> None:
+              record: Callable[[dict[str, float]], None], safe_point: Callable[[int, int], None] | None = None, *,
+              work: Midway | None = None, resumed_from: Path | None = None,
+              keep: Callable[[Midway], None] | None = None) -> Midway:
     """The phase's optimizer work on one trainer: SFT first (it moves the policy toward its own successes,
     GRPO then sharpens), then one GRPO step per part; `record` gets each step's metrics as it ends.
 
@@ -242,18 +296,50 @@ def run_steps(trainer: PolicyTrainer, sft_samples: list[Sample], parts: list[Gro
     accumulate gradients for one optimizer step), so their detached logprobs are pi_old itself, and the
     extra no-grad forward over every sample (a quarter of the phase on the CPU bench) would recompute them.
     The critic's values are frozen by the same pass, and the turn-level credit of ppo (or GRPO's
-    turn_credit) is computed from them once for the phase, so with a value head the pass always runs."""
-    from appliance.training.sft import sft
+    turn_credit) is computed from them once for the phase, so with a value head the pass always runs.
 
-    if parts and (sft_samples or len(parts) > 1 or trainer.value_head is not None):
-        trainer.freeze_old_logps(parts)
-        parts = trainer.assign_credit(parts)
-    if sft_samples:
-        record(sft(trainer, sft_samples, should_stop))
-    for part in parts:
-        if should_stop is not None and should_stop():
-            raise Interrupted("training ran into the shutdown")
-        record(trainer.grpo_step(part))
+    `safe_point(done, total)` is called before each optimizer step (SFT's and GRPO's); when it raises
+    Interrupted, `keep` saves `work` (the phase's midway state, which this advances step by step) if a
+    step was taken since it started. `work` with `resumed_from` (the folder it was loaded from) goes on
+    where it stopped: its frozen pi_old is put back, and no finished step runs again."""
+    from appliance.training.midway import restore_frozen
+    from appliance.training.sft import sft, sft_plan
+
+    if work is None:
+        work = Midway(None, None, sft_samples, parts,
+                      len(sft_plan(trainer.cfg, sft_samples)) if sft_samples else 0)
+    if resumed_from is not None:
+        restore_frozen(trainer, resumed_from)
+    elif work.parts and (work.sft_samples or len(work.parts) > 1 or trainer.value_head is not None):
+        trainer.freeze_old_logps(work.parts)
+        work.parts = trainer.assign_credit(work.parts)
+        work.frozen = True
+    started = work.done
+
+    def point() -> None:
+        if safe_point is not None:
+            safe_point(work.done, work.total)
+
+    def ended(step: dict[str, float]) -> None:
+        work.steps.append(step)
+        work.global_step += 1
+        record(step)
+
+    try:
+        if work.sft_samples and not work.sft_finished:
+            step = sft(trainer, work.sft_samples, point, work.sft)
+            work.sft_finished = True
+            ended(step)
+        while work.parts_done < len(work.parts):
+            point()
+            step = trainer.grpo_step(work.parts[work.parts_done])
+            work.parts_done += 1
+            ended(step)
+    except Interrupted:
+        if keep is not None and work.done > started:
+            keep(work)
+        raise
+    return work
 
 
 def _batch_metrics(batch: GroupedBatch) -> dict[str, float]:

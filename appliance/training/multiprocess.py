@@ -13,9 +13,13 @@ state with `cpu=True`, which makes it a MULTI_CPU process group over gloo (NCCL 
 (`--mpirun_hostfile`, `mpirun`), and there is no MPI here. The job's own config file keeps a user's
 accelerate default config (~/.cache/huggingface/accelerate) out of it.
 
-Every worker builds the same trainer from the latest checkpoint, trains its shard of each step's whole
-groups (see `distributed.py`), and rank 0 writes the checkpoint and `result.json` (the steps' metrics,
-the checkpoint kind, its own load/train/save seconds). The parent reads the result and records the rows in
+Every worker builds the same trainer from the latest checkpoint (or the phase's midway state), trains its
+shard of each step's whole groups (see `distributed.py`), and rank 0 writes the checkpoint and `result.json`
+(the steps' metrics, the checkpoint kind, its own load/train/save seconds). The parent steers them through
+the job folder: every second it writes the loop's word (go, hold, stop) to `JOB/steer`, which rank 0 reads
+before each optimizer step and broadcasts, so every rank holds or stops before the same step; rank 0 writes
+the steps done to `JOB/progress`. On stop the ranks save the phase's midway state together (`midway.py`)
+and the result says `interrupted`. The parent reads the result and records the rows in
 the store (workers never write to it). A launcher that exits non-zero, or no result, is a `TrainingError`
 carrying the exit code and the tail of the workers' log (`$APPLIANCE_HOME/logs/trainer.log`). The
 launcher runs in its own process group, which is killed on the way out whatever happened, and every
@@ -32,15 +36,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.config import Settings, TrainingSettings
-from appliance.errors import ApplianceError, Interrupted, WorkerError  # WorkerError importable from here as before
-from appliance.schemas import Sample
-from appliance.training.advantages import GroupedBatch
+from appliance.errors import ApplianceError, WorkerError  # WorkerError importable from here as before
+from appliance.training.midway import Midway
+
+if TYPE_CHECKING:
+    from appliance.training.learn import Steer
 
 WORKER = ("appliance.training.worker",)  # `-m` module and arguments before the job file
 LOG_TAIL_LINES = 30
@@ -52,6 +57,7 @@ class WorkerResult:
     kind: str
     timings: dict[str, float] = field(default_factory=dict)  # rank 0's load_s, train_s, save_s
     wall_s: float = 0.0  # launch to exit, as the parent saw it
+    interrupted: bool = False  # stopped between two steps: `steps` are those done, the midway state is saved
 
 
 def visible_gpus() -> int:
@@ -76,21 +82,27 @@ def resolve_processes(cfg: TrainingSettings, gpus: int | None = None) -> int:
 
 
 def job_payload(cfg: TrainingSettings, base_model: Path, *, resume_from: Path | None, resume_kind: str | None,
-                sft_samples: list[Sample], parts: list[GroupedBatch], save_to: Path, result: Path) -> dict[str, Any]:
+                work: Midway, midway: Path, resumed: bool, save_to: Path, job_dir: Path) -> dict[str, Any]:
     return {
         "training": cfg.model_dump(mode="json"), "base_model": str(base_model),
         "resume_from": str(resume_from) if resume_from is not None else None, "resume_kind": resume_kind,
-        "sft_samples": [asdict(s) for s in sft_samples], "parts": [asdict(p) for p in parts],
-        "save_to": str(save_to), "result": str(result), "parent_pid": os.getpid(),
+        "work": work.as_json(), "midway": str(midway), "resumed": resumed, "save_to": str(save_to),
+        "result": str(job_dir / "result.json"), "steer": str(job_dir / "steer"),
+        "progress": str(job_dir / "progress"), "parent_pid": os.getpid(),
     }
 
 
 def read_job(path: Path) -> dict[str, Any]:
-    """The job as the worker uses it: settings and records rebuilt from their JSON."""
+    """The job as the worker uses it: settings and the phase's work rebuilt from their JSON (a resumed phase's
+    from its midway folder, with SFT's optimizer state)."""
+    from appliance.training.midway import load_midway
+
     job = json.loads(Path(path).read_text())
     job["training"] = TrainingSettings(**job["training"])
-    job["sft_samples"] = [Sample(**s) for s in job["sft_samples"]]
-    job["parts"] = [GroupedBatch(**{**p, "samples": [Sample(**s) for s in p["samples"]]}) for p in job["parts"]]
+    work = Midway.from_json(job["work"])
+    if job["resumed"]:
+        work = load_midway(Path(job["midway"]), work.run_id, work.iteration) or work
+    job["work"] = work
     return job
 
 
@@ -117,12 +129,14 @@ def worker_environment(processes: int) -> dict[str, str]:
 
 
 def train_in_workers(settings: Settings, processes: int, *, resume_from: Path | None, resume_kind: str | None,
-                     sft_samples: list[Sample], parts: list[GroupedBatch], save_to: Path,
-                     should_stop: Callable[[], bool] | None = None) -> WorkerResult:
-    """Run the phase's SFT and GRPO steps in `processes` workers; rank 0 saves to `save_to`.
+                     work: Midway, midway: Path, resumed: bool, save_to: Path,
+                     steer: Steer | None = None) -> WorkerResult:
+    """Run the phase's SFT and GRPO steps (what `work` has left) in `processes` workers; rank 0 saves to
+    `save_to`, or, stopped between two steps, the ranks save the midway state to `midway`.
 
-    `should_stop` is asked every second while they run: when it says yes the workers are killed and
-    Interrupted is raised (a shutdown does not wait for the phase; nothing was saved that counts)."""
+    `steer` is asked every second while they run; its word reaches the workers' next safe point, and they
+    tell back the steps done. A stop lets the step in flight end and the state be saved (the result is
+    `interrupted`); a shutdown that cannot wait for that ends this process, and the workers follow it."""
     logs = settings.home / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / "trainer.log"
@@ -132,10 +146,10 @@ def train_in_workers(settings: Settings, processes: int, *, resume_from: Path | 
             shutil.rmtree(stale, ignore_errors=True)
     job_dir = Path(tempfile.mkdtemp(prefix="train-job-", dir=settings.home))
     try:
-        result_path = job_dir / "result.json"
         payload = job_payload(settings.training, settings.model_path, resume_from=resume_from,
-                              resume_kind=resume_kind, sft_samples=sft_samples, parts=parts, save_to=save_to,
-                              result=result_path)
+                              resume_kind=resume_kind, work=work, midway=midway, resumed=resumed, save_to=save_to,
+                              job_dir=job_dir)
+        result_path = Path(payload["result"])
         (job_dir / "job.json").write_text(json.dumps(payload))
         (job_dir / "accelerate.json").write_text(json.dumps(accelerate_config(processes)))
         cmd = launch_command(job_dir, processes, WORKER)
@@ -148,9 +162,15 @@ def train_in_workers(settings: Settings, processes: int, *, resume_from: Path | 
             proc = subprocess.Popen(cmd, env=worker_environment(processes), stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
             try:
+                said = ""
                 while (code := _wait(proc, 1.0)) is None:
-                    if should_stop is not None and should_stop():
-                        raise Interrupted("training ran into the shutdown")
+                    if steer is None:
+                        continue
+                    if (progress := _read_progress(Path(payload["progress"]))) is not None:
+                        steer.progress(*progress)
+                    if (word := steer.word()) != said:
+                        _write(Path(payload["steer"]), word)
+                        said = word
             finally:
                 _stop(proc, job_dir)
             wall = time.perf_counter() - t0
@@ -162,9 +182,23 @@ def train_in_workers(settings: Settings, processes: int, *, resume_from: Path | 
                 f"the whole log is {log_path}; set training.processes = 1 to train in the appliance's own process",
             )
         data = json.loads(result_path.read_text())
-        return WorkerResult(data["steps"], data["kind"], data["timings"], wall)
+        return WorkerResult(data["steps"], data["kind"], data["timings"], wall, bool(data.get("interrupted")))
     finally:
         shutil.rmtree(job_dir, ignore_errors=True)
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def _read_progress(path: Path) -> tuple[int, int] | None:
+    try:
+        done, total = path.read_text().split()
+        return int(done), int(total)
+    except (OSError, ValueError):
+        return None
 
 
 def _wait(proc: subprocess.Popen, seconds: float) -> int | None:

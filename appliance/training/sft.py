@@ -15,7 +15,8 @@ Batches are drawn by length (shuffled pools sorted by length), so the suffixes p
 head runs only on trained positions (as TRL's fused head does), so a forward never builds a (B, L, vocab)
 tensor and several sequences fit where a GRPO step fits one.
 
-One optimizer step per `training.sft_batch_size` samples, fresh AdamW at `sft_learning_rate` with a linear
+One optimizer step per `training.sft_batch_size` samples, fresh AdamW (per phase: a phase stopped between
+two of its steps keeps it in `SftState` and goes on with it, see `midway.py`) at `sft_learning_rate` with a linear
 decay to 0 (the Trainer's default schedule), gradients clipped at `max_grad_norm`. A forward pass holds at
 most `micro_batch_size x max_seq_len` tokens (the memory the settings already allow a GRPO micro-batch), so
 a step may take several. In a process group (a multi-process LEARN phase) every rank takes every world-th
@@ -28,6 +29,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from appliance.errors import Interrupted
@@ -37,6 +39,18 @@ if TYPE_CHECKING:
     from appliance.training.trainer import PolicyTrainer
 
 MIN_SHARED_PREFIX = 16  # shorter common prefixes are not worth a second forward call
+
+
+@dataclass
+class SftState:
+    """How far the phase's SFT got: optimizer steps done, their losses and tokens, and (once it stopped
+    between two steps) its AdamW and schedule state, so it goes on exactly where it stopped."""
+
+    done: int = 0
+    losses: list[float] = field(default_factory=list)
+    tokens: int = 0
+    optimizer: dict[str, Any] | None = None
+    schedule: dict[str, Any] | None = None
 
 
 def successful_samples(rollouts: list[Rollout], samples: list[Sample]) -> list[Sample]:
@@ -144,16 +158,25 @@ def shared_prefix_nll(model: Any, samples: list[Sample], *, max_len: int, pad_id
     return nll, len(labels)
 
 
-def sft(policy: PolicyTrainer, samples: list[Sample],
-        should_stop: Callable[[], bool] | None = None) -> dict[str, float]:
+def sft_plan(cfg: Any, samples: list[Sample]) -> list[list[Sample]]:
+    """The phase's SFT optimizer steps (batches) over the samples with a trained token; [] when none has one."""
+    samples = [s for s in samples if trained_positions(s, cfg.max_seq_len)]
+    return plan_batches(samples, cfg.sft_batch_size, cfg.sft_epochs, cfg.seed) if samples else []
+
+
+def sft(policy: PolicyTrainer, samples: list[Sample], safe_point: Callable[[], None] | None = None,
+        state: SftState | None = None) -> dict[str, float]:
     """Train `policy` (a `PolicyTrainer`) in place on `samples`; returns loss, steps and trained tokens.
 
-    `should_stop` is asked before each optimizer step: a warm-start SFT is twenty minutes on the CPU, and a
-    shutdown must not wait for it (Interrupted: the phase is redone from its last checkpoint at the next start).
+    `safe_point` is called before each optimizer step: it waits while a pause holds training and raises
+    Interrupted to stop it (a warm-start SFT is twenty minutes on the CPU: a stop must not wait for it).
+    `state` is updated as steps end; on Interrupted it also holds the optimizer's and schedule's state, and
+    a later call with it goes on from the next step (the metrics are those of the whole SFT).
     """
     cfg = policy.cfg
-    samples = [s for s in samples if trained_positions(s, cfg.max_seq_len)]
-    if not samples:
+    state = state if state is not None else SftState()
+    batches = sft_plan(cfg, samples)
+    if not batches:
         return {"sft_loss": 0.0, "sft_steps": 0, "sft_tokens": 0}
     import torch
 
@@ -162,32 +185,39 @@ def sft(policy: PolicyTrainer, samples: list[Sample],
     model = policy.model
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.sft_lr, weight_decay=cfg.weight_decay)
-    batches = plan_batches(samples, cfg.sft_batch_size, cfg.sft_epochs, cfg.seed)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - step / len(batches))
+    if state.optimizer is not None and state.schedule is not None:
+        optimizer.load_state_dict(state.optimizer)
+        schedule.load_state_dict(state.schedule)
     rank, world = policy.rank, policy.world
     max_tokens = cfg.micro_batch_size * cfg.max_seq_len
     model.train()
-    losses, tokens = [], 0
-    for batch in batches:
-        if should_stop is not None and should_stop():
-            raise Interrupted("training ran into the shutdown")
-        step_tokens = sum(len(trained_positions(s, cfg.max_seq_len)) for s in batch)
-        optimizer.zero_grad(set_to_none=True)
-        step_loss = 0.0
-        for chunk in forward_chunks(batch[rank::world], max_tokens, cfg.max_seq_len):
-            nll, _ = shared_prefix_nll(model, chunk, max_len=cfg.max_seq_len, pad_id=policy.pad_id)
-            loss = nll / step_tokens
-            loss.backward()
-            step_loss += float(loss.detach())
-        if world > 1:
-            all_reduce_grads(params)
-            from appliance.training.distributed import gather_partials
+    try:
+        for batch in batches[state.done:]:
+            if safe_point is not None:
+                safe_point()
+            step_tokens = sum(len(trained_positions(s, cfg.max_seq_len)) for s in batch)
+            optimizer.zero_grad(set_to_none=True)
+            step_loss = 0.0
+            for chunk in forward_chunks(batch[rank::world], max_tokens, cfg.max_seq_len):
+                nll, _ = shared_prefix_nll(model, chunk, max_len=cfg.max_seq_len, pad_id=policy.pad_id)
+                loss = nll / step_tokens
+                loss.backward()
+                step_loss += float(loss.detach())
+            if world > 1:
+                all_reduce_grads(params)
+                from appliance.training.distributed import gather_partials
 
-            step_loss = sum(p["loss"] for p in gather_partials({"loss": step_loss}))
-        torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-        optimizer.step()
-        schedule.step()
-        losses.append(step_loss)
-        tokens += step_tokens
+                step_loss = sum(p["loss"] for p in gather_partials({"loss": step_loss}))
+            torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            optimizer.step()
+            schedule.step()
+            state.losses.append(step_loss)
+            state.tokens += step_tokens
+            state.done += 1
+    except Interrupted:
+        optimizer.zero_grad(set_to_none=True)
+        state.optimizer, state.schedule = optimizer.state_dict(), schedule.state_dict()
+        raise
     optimizer.zero_grad(set_to_none=True)
-    return {"sft_loss": sum(losses) / len(losses), "sft_steps": len(batches), "sft_tokens": tokens}
+    return {"sft_loss": sum(state.losses) / len(state.losses), "sft_steps": len(batches), "sft_tokens": state.tokens}

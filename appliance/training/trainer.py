@@ -87,6 +87,8 @@ class PolicyTrainer(Critic):
         self.cfg = cfg
         self.base_model = Path(base_model)
         self.device = device or pick_device()
+        if self.device.type == "cpu":  # a worker's accelerate state says cpu:0, which torch.load cannot map to
+            self.device = torch.device("cpu")
         self.kind = "full" if cfg.full_finetune else "lora"
         if resume_kind is not None and resume_kind != self.kind:
             raise TrainingError(

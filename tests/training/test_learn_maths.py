@@ -107,7 +107,7 @@ def test_old_logprobs_are_frozen_before_the_sft_update(tiny_model, monkeypatch):
             calls.append("grpo")
             return {}
 
-    monkeypatch.setattr("appliance.training.sft.sft", lambda t, s, should_stop=None: calls.append("sft") or {})
+    monkeypatch.setattr("appliance.training.sft.sft", lambda *a, **k: calls.append("sft") or {})
     run_steps(Spy(), [samples[0]], parts, lambda m: None)
     assert calls == ["freeze", "sft", "grpo"]
     trainer.freeze_old_logps(parts)
@@ -130,7 +130,7 @@ def test_a_single_step_phase_needs_no_separate_old_logprob_pass(monkeypatch):
             calls.append("grpo")
             return {}
 
-    monkeypatch.setattr("appliance.training.sft.sft", lambda t, s, should_stop=None: calls.append("sft") or {})
+    monkeypatch.setattr("appliance.training.sft.sft", lambda *a, **k: calls.append("sft") or {})
     run_steps(Spy(), [], ["part"], lambda m: None)  # type: ignore[list-item]
     assert calls == ["grpo"]
     run_steps(Spy(), [], ["one", "two"], lambda m: None)  # type: ignore[list-item]

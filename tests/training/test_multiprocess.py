@@ -155,21 +155,51 @@ def test_a_failing_worker_is_an_error_with_its_log_and_leaves_nothing_running(st
 
 
 @pytest.mark.slow
-def test_a_shutdown_stops_the_workers_and_publishes_nothing(store, tiny_settings):
+def test_workers_hold_and_stop_between_steps_and_the_next_phase_finishes_the_training(store, tiny_settings,
+                                                                                      monkeypatch):
+    """Issue 52: the workers hold before a step while the parent's word is hold, and on stop save the phase's
+    midway state together and exit; the next phase goes on from it in workers again, repeating no step.
+    Before: a stop killed the workers and threw the training away."""
+    import time
+
+    from appliance.training.learn import Steer
+    from appliance.training.midway import midway_dir
+
     tiny_settings.training.processes = 2
-    engine = FakeEngine()
-    asked: list[int] = []
+    monkeypatch.setattr(multiprocess, "WORKER", FAILING_TRAIN_WORKER)
+    monkeypatch.setenv("APPLIANCE_TEST_FAIL_RANK", "-1")  # none fails: the real worker, each step 2 s longer
+    monkeypatch.setenv("APPLIANCE_TEST_STEP_S", "2")  # (the parent hears of a step within its 1 s poll)
+    groups = {"a": [1.0, 0.0], "b": [0.0, 1.0], "c": [1.0, 0.0], "d": [0.0, 1.0]}
+    seen: list[tuple[int, int]] = []
+    word = {"now": "go"}
+    held_at: list[float] = []
 
-    def should_stop() -> bool:
-        asked.append(1)
-        return len(asked) > 2  # the workers are up and running for a couple of seconds first
+    def said() -> str:
+        if seen and seen[-1][0] >= 1 and word["now"] == "go" and not held_at:
+            word["now"], held_at[:] = "hold", [time.monotonic()]  # hold once one step is done ...
+        elif held_at and time.monotonic() - held_at[0] > 3:
+            word["now"] = "stop"  # ... and stop after three seconds of it
+        return word["now"]
 
-    groups = {f"g{i}": [1.0, 0.0] for i in range(2000)}  # minutes of steps: only the stop ends it
+    def progress(done: int, total: int) -> None:
+        seen.append((done, total))
+
     with pytest.raises(Interrupted):
-        learn(store, tiny_settings, engine, *practice(groups), run_id="run", iteration=0, steps=2000,
-              should_stop=should_stop)
-    assert engine.calls == ["pause"] and store.latest_checkpoint("run") is None
+        learn(store, tiny_settings, FakeEngine(), *practice(groups), run_id="run", iteration=1, steps=4,
+              steer=Steer(said, progress))
+    # held, then stopped, at the safe point after the parent heard of the first step (the workers had gone on
+    # past the one it heard of: a word reaches them at their next safe point)
+    done = seen[-1][0]
+    assert 1 <= done < 4 and seen[-2:] == [(done, 4)] * 2 and {t for _, t in seen} == {4}
+    assert [g for g, _ in store.metric_series("run", "loss")] == list(range(1, done + 1))  # the steps done
+    assert (midway_dir(tiny_settings.checkpoints_dir, "run", 1) / "midway.json").exists()
     assert not job_processes(tiny_settings.home) and not list(tiny_settings.home.glob("train-job-*"))
+
+    monkeypatch.setenv("APPLIANCE_TEST_STEP_S", "0")
+    result = learn(store, tiny_settings, FakeEngine(), *practice(groups), run_id="run", iteration=1, steps=4)
+    assert result.checkpoint.metrics["global_step"] == 4
+    assert [g for g, _ in store.metric_series("run", "loss")] == [1, 2, 3, 4]  # no step twice, none lost
+    assert not midway_dir(tiny_settings.checkpoints_dir, "run", 1).exists()
 
 
 PARENT = """
