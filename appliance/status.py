@@ -33,7 +33,8 @@ def read_status(settings: Settings) -> dict[str, Any]:
 
 def loop_status(store: Store, run: Run | None) -> dict[str, Any]:
     """The loop running `run`, by its heartbeat: alive or not (and why not), the progress of the phase in flight
-    (rollouts done of those drawn, in flight, elapsed; None between phases) and the requests it has not
+    (rollouts done of those drawn, in flight, elapsed; a training phase's steps done of its total; None
+    between phases) and the requests it has not
     answered yet, with one line for a person."""
     at = time.time()
     beat = store.heartbeat()
@@ -46,7 +47,12 @@ def loop_status(store: Store, run: Run | None) -> dict[str, Any]:
     else:
         assert beat is not None  # alive: it beat
         line = f"loop: pid {beat.pid}, heartbeat {beat.age_s(at):.0f} s ago"
-        if progress:
+        if progress and progress.get("steps_total"):  # a training phase, at its safe points between steps
+            line += (f"; {progress['phase']} of iteration {progress['iteration']}: training step "
+                     f"{progress['steps_done']}/{progress['steps_total']} done, {clock(progress['elapsed_s'])} elapsed")
+            if progress.get("left_s") is not None:
+                line += f", about {clock(progress['left_s'])} left"
+        elif progress:
             line += (f"; {progress['phase']} of iteration {progress['iteration']}: {progress['done']}/"
                      f"{progress['total']} rollouts done, {progress['in_flight']} in flight, "
                      f"{clock(progress['elapsed_s'])} elapsed")

@@ -77,3 +77,46 @@ class SlowRollouts:
         time.sleep(self.seconds)
         self.store.finish_rollout(rollout.id, Outcome.SUCCESS, 1.0)
         return self.store.get_rollout(rollout.id)  # what the phases read is the store, not this
+
+
+class SlowSteps:
+    """Stands in for the trainer of a TRAIN phase (`training_phase`): each GRPO step takes `seconds`; `taken`
+    counts the steps of each part (a step taken twice shows 2); a stop's midway state is kept in `saved`."""
+
+    value_head = None
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.taken: Counter[str] = Counter()
+        self.saved: Any = None  # `training.midway.Midway`, as `save_midway` would write it
+
+    def freeze_old_logps(self, _parts: object) -> None:
+        pass
+
+    def assign_credit(self, parts: Any) -> Any:
+        return parts
+
+    def grpo_step(self, part: str) -> dict[str, float]:
+        self.taken[part] += 1
+        time.sleep(self.seconds)
+        return {"loss": 0.0, "trained_tokens": 1.0}
+
+
+def training_phase(trainer: SlowSteps, n: int) -> PhaseFn:
+    """A long stand-in TRAIN phase: n optimizer steps through the real `training.learn.run_steps` and the TRAIN
+    phase's own safe point (`phases.train.steer`); each step's metrics row is recorded at its global step, and
+    a stop's midway state is what the next run of the phase goes on from."""
+    from appliance.phases.train import steer
+    from appliance.training.learn import run_steps
+    from appliance.training.midway import Midway
+
+    def run(ctx: PhaseContext, index: int) -> None:
+        work = trainer.saved or Midway(ctx.run_id, index, [], [f"part{k}" for k in range(n)])  # type: ignore[misc]
+        trainer.saved = None
+
+        def keep(w: Midway) -> None:
+            trainer.saved = w
+
+        record = lambda m: ctx.store.add_metrics(ctx.run_id, work.global_step, m)  # noqa: E731
+        run_steps(trainer, [], work.parts, record, steer(ctx).safe_point, work=work, keep=keep)  # type: ignore[arg-type]
+    return run

@@ -1,5 +1,5 @@
-"""Overview: the run, the current iteration's phase timeline, engine, device load, learning curves,
-rollout counts and the latest events."""
+"""Overview: the run, the current iteration's phase timeline (with a training phase's steps done, from the
+live loop's heartbeat), engine, device load, learning curves, rollout counts and the latest events."""
 
 from __future__ import annotations
 
@@ -61,7 +61,8 @@ class OverviewScreen(PollingScreen):
                                  f" · policy v{it.policy_version}", rollback_note(store, run.id)) if it \
             else Content("no iteration yet")
         timeline = phase_timeline(it, store.phase_events(run.id, it.index), ctx.now,
-                                  phase_durations(store, run.id, it.index)) if it else Content()
+                                  phase_durations(store, run.id, it.index)) + training_steps(store, run.id) \
+            if it else Content()
         counts = store.rollout_counts(run.id, it.index) if it else {}
         return OverviewData(run_title(run, "overview"), run_line, timeline, system, rollout_line(counts),
                             curves(store, run.id, counts), events_text(store.latest_events(run.id, limit=7,
@@ -81,6 +82,18 @@ def phase_durations(store: Store, run_id: str, iteration: int) -> dict[str, floa
         if e.data.get("iteration") == iteration and e.data.get("phase") and e.duration_s is not None:
             found.setdefault(str(e.data["phase"]), e.duration_s)
     return found
+
+
+def training_steps(store: Store, run_id: str) -> Content:
+    """`  training step 3/8 · about 1m15s left` while the live loop's phase trains (its heartbeat's progress)."""
+    from appliance.control import loop_alive
+
+    beat = store.heartbeat()
+    progress = beat.progress if beat is not None and loop_alive(store, run_id)[0] else None
+    if not progress or not progress.get("steps_total"):
+        return Content()
+    left = f" · about {human_duration(progress['left_s'])} left" if progress.get("left_s") is not None else ""
+    return Content.assemble("  training step ", (f"{progress['steps_done']}/{progress['steps_total']}", "bold"), left)
 
 
 def phase_timeline(it: Iteration, events: list[Event], now: float, done: dict[str, float] | None = None) -> Content:

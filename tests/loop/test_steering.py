@@ -4,6 +4,7 @@ keeping the heartbeat, and requests made as `appliance pause|resume|stop` makes 
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,7 +20,7 @@ from appliance.schemas import ControlCommand, ControlStatus, Phase, RolloutStatu
 from appliance.status import read_status
 from appliance.store import Store
 from appliance.testing import FakeEngine
-from appliance.testing.phases import RecordedPhases, SlowRollouts, rollouts_phase
+from appliance.testing.phases import RecordedPhases, SlowRollouts, SlowSteps, rollouts_phase, training_phase
 
 N = 12  # rollouts in the stand-in evaluation
 BEAT = 0.05
@@ -225,3 +226,60 @@ def test_appliance_run_ends_on_stop_now_and_leaves_no_heartbeat(settings: Settin
     assert stand_in.stopping.is_set()  # SIGTERM's teardown ran
     assert 2 <= finished(store, run_id) < N and set(rollouts.started.values()) == {1}
     assert control.loop_alive(store, run_id) == (False, "no `appliance run` keeps a heartbeat in this store")
+
+
+def training_loop(settings: Settings, store: Store, trainer: SlowSteps, steps: int) -> Loop:
+    """A real loop whose TRAIN phase is `steps` slow optimizer steps (the other phases only record themselves),
+    ticked up to that phase."""
+    settings.loop.iterations, settings.loop.families = 1, ["files"]
+    phases = RecordedPhases()
+    phases[Phase.TRAIN] = training_phase(trainer, steps)
+    stand_in = SimpleNamespace(stopping=threading.Event(), pool=SimpleNamespace(max_concurrent=2))
+    loop = Loop(settings, store, FakeEngine(), stand_in, log=lambda _: None, phases=phases)  # type: ignore[arg-type]
+    while not (store.iterations(loop.run.id) and store.iterations(loop.run.id)[-1].phase == Phase.TRAIN):
+        assert loop.tick()
+    return loop
+
+
+def test_pause_holds_the_next_training_step_and_stop_now_keeps_what_was_trained(settings: Settings,
+                                                                               store: Store) -> None:
+    """Issue 52: a pause asked during TRAIN is answered within a beat with the step it takes effect after, no
+    step starts while paused, status counts the steps, and stop --now keeps what was trained: the next
+    `appliance run` finishes the phase from there, each step once. Before: TRAIN had no safe point; the
+    answer said the phase runs to its end, and a stop threw its training away."""
+    trainer = SlowSteps(0.2)
+    loop = training_loop(settings, store, trainer, 8)
+    run_id = loop.run.id
+    steering = loop.start_steering(interval_s=BEAT)
+    try:
+        tick = ticking(loop)
+        wait_for(lambda: sum(trainer.taken.values()) >= 2)
+        t0 = time.monotonic()
+        answered = control.request(store, "pause", timeout_s=5)
+        assert time.monotonic() - t0 < 1.5
+        said = re.fullmatch(r"pausing: training stops after step (\d) of 8; the trainer keeps its memory .*",
+                            answered.result or "")
+        assert said, answered.result
+        k = int(said.group(1))
+        time.sleep(1.0)  # five steps' time
+        assert sum(trainer.taken.values()) == k and tick.is_alive()  # the step in flight ended; none started
+        status = read_status(settings)["loop"]
+        assert (status["progress"]["steps_done"], status["progress"]["steps_total"]) == (k, 8)
+        assert f"train of iteration 1: training step {k}/8 done" in status["line"]
+        ended = threading.Event()
+        loop.on_stop_now = ended.set
+        stopped = control.request(store, "stop_now", timeout_s=5)
+        assert stopped.result is not None and stopped.result.startswith(
+            f"stopping: training stops before step {k + 1} of 8 and saves what it trained")
+        tick.join(timeout=10)
+        assert not tick.is_alive() and ended.is_set()
+        assert trainer.saved is not None and trainer.saved.done == k  # the midway state the next start reads
+        assert [g for g, _ in store.metric_series(run_id, "loss")] == list(range(1, k + 1))
+    finally:
+        steering.stop()
+
+    again = training_loop(settings, store, trainer, 8)  # `appliance run` again: the same run, from there
+    assert again.run.id == run_id
+    assert again.tick() is True and trainer.saved is None
+    assert sorted(trainer.taken) == [f"part{i}" for i in range(8)] and set(trainer.taken.values()) == {1}
+    assert [g for g, _ in store.metric_series(run_id, "loss")] == list(range(1, 9))  # no step twice

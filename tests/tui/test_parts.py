@@ -96,3 +96,18 @@ def test_the_overview_shows_the_last_steps_signal(store) -> None:
     line = learning_line(store, "run").markup
     assert "signal [bold]3[/bold]/8 groups" in line and "clip 0.04" in line and "IS gap 0.001" in line
     assert "entropy 1.25" in line and "cut 17 tok" in line and "2.5 turns" in line and "34 tok/reply" in line
+
+
+def test_the_overview_counts_the_training_steps_of_the_live_loop(store) -> None:
+    """Issue 52: the phase's progress on the TUI: a training phase's steps done of its total (the live loop's
+    heartbeat), nothing from a loop that is not alive or not training."""
+    import time
+
+    from appliance.tui.overview import training_steps
+
+    assert training_steps(store, "run").plain == ""  # no loop
+    progress = {"phase": "train", "iteration": 1, "steps_done": 3, "steps_total": 8, "left_s": 75.0}
+    store.beat("run", 1, time.time(), progress)
+    assert training_steps(store, "run").plain == "  training step 3/8 · about 1m15s left"
+    store.beat("run", 1, time.time(), {**progress, "phase": "evaluate", "steps_total": 0})
+    assert training_steps(store, "run").plain == ""
