@@ -128,16 +128,18 @@ def _control_command(command: str, name: str, help_text: str) -> None:
         _send(ctx, command, run_id, timeout_s, no_wait, as_json)
 
 
-_control_command("pause", "pause", "Pause the running loop: no new rollout starts (those in flight finish); "
-                 "a phase without rollouts runs to its end first.")
+_control_command("pause", "pause", "Pause the running loop: no new rollout starts (those in flight finish), no "
+                 "new training step starts (the one in flight finishes; the trainer keeps its memory, the GPU "
+                 "included, while paused: `stop --now` frees it); other phases run to their end first.")
 _control_command("resume", "resume", "Resume a paused loop where it was.")
 _control_command("step", "step", "Run one phase of a paused loop, then pause again.")
 
 
 @main.command("stop")
 @click.option("--now", is_flag=True,
-              help="Stop at the next safe point instead (no new rollout starts; those in flight finish): "
-                   "`appliance run` ends as on SIGTERM, and continues the run when run again.")
+              help="Stop at the next safe point instead (no new rollout starts, those in flight finish; a "
+                   "training phase saves what it trained after the step in flight): `appliance run` ends as on "
+                   "SIGTERM, and continues the run (and the training phase) when run again.")
 @_control_options
 @click.pass_context
 @friendly_errors
