@@ -335,9 +335,13 @@ def run_steps(trainer: PolicyTrainer, sft_samples: list[Sample], parts: list[Gro
             step = trainer.grpo_step(work.parts[work.parts_done])
             work.parts_done += 1
             ended(step)
-    except Interrupted:
+    except Interrupted as stop:
         if keep is not None and work.done > started:
-            keep(work)
+            try:
+                keep(work)
+            except Exception as e:  # noqa: BLE001  a stop stays a stop (not the phase's failure); say what is lost
+                raise Interrupted(f"{stop}; saving the {work.done} steps done failed ({e}): the next start goes "
+                                  "on from the last state saved, or starts the phase over") from e
         raise
     return work
 

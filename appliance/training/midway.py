@@ -154,7 +154,8 @@ def restore_frozen(trainer: PolicyTrainer, folder: Path) -> None:
         raise TrainingError(f"the training phase stopped midway was saved by another number of trainer processes "
                             f"({path.name} is missing in {folder})",
                             f"set training.processes back to what it was, or delete {folder} to redo the phase")
-    state = torch.load(path, map_location=trainer.device, weights_only=False)
+    # on the CPU: the random states must stay CPU byte tensors (pi_old and the values are plain floats)
+    state = torch.load(path, map_location="cpu", weights_only=False)
     trainer.old_logps, trainer.old_values = state["old_logps"], state["old_values"]
     trainer.returns, trainer.depth = state["returns"], state["depth"]
     torch.set_rng_state(state["rng"])

@@ -225,6 +225,31 @@ def test_a_paused_phase_starts_no_step_until_resumed(monkeypatch):
     assert Spy.steps == 2
 
 
+def test_a_stop_whose_save_fails_stays_a_stop():
+    """A full disk while saving the midway state must not turn the stop into the phase's failure."""
+    from appliance.training.learn import Steer, run_steps
+
+    class Spy:
+        value_head = None
+
+        def freeze_old_logps(self, p):
+            pass
+
+        def assign_credit(self, p):
+            return p
+
+        def grpo_step(self, p):
+            return {}
+
+    def keep(_work):
+        raise OSError(28, "No space left on device")
+
+    words = iter(["go", "stop"])  # the first step runs, the stop comes before the second
+    steer = Steer(lambda: next(words))
+    with pytest.raises(Interrupted, match="saving the 1 steps done failed .*No space left"):
+        run_steps(Spy(), [], ["one", "two"], lambda m: None, steer.safe_point, keep=keep)
+
+
 def test_nothing_to_train_leaves_the_engine_serving(store, settings):
     settings.training.method = "grpo"
     engine = FakeEngine()
