@@ -132,11 +132,12 @@ def answer_pending(store: Store, run_id: str, *, step: Callable[[], None],
                    stop_now: Callable[[], str | None] | None = None) -> list[Control]:
     """The loop's side: answer the run's pending requests in order; returns them answered.
 
-    Pause and resume move `runs.status` (`pause`, when given, is called first and may return the answer:
-    what the phase in flight does about it); a step calls `step` (the run stays paused; the caller runs one
-    phase); a stop after the iteration calls `stop_after_iteration` (the caller stops when the iteration
-    ends); a stop now calls `stop_now` (the caller starts nothing more; it may return the answer) and moves
-    the run to stopped, which ends `appliance run` as SIGTERM does. A loop without `stop_now` refuses it.
+    Pause and resume move `runs.status` (`pause`, when given, is called after the move and may return the
+    answer: what the phase in flight does about it, as its next safe point reads the status); a step calls
+    `step` (the run stays paused; the caller runs one phase); a stop after the iteration calls
+    `stop_after_iteration` (the caller stops when the iteration ends); a stop now calls `stop_now` (the
+    caller starts nothing more; it may return the answer) and moves the run to stopped, which ends
+    `appliance run` as SIGTERM does. A loop without `stop_now` refuses it.
     The acknowledgement comes after the act, so a requester that sees DONE sees its effect too.
     """
     answered = []
@@ -150,9 +151,9 @@ def answer_pending(store: Store, run_id: str, *, step: Callable[[], None],
             store.ack_control(control.id, "this loop stops only after an iteration (`appliance stop`)",
                               status=ControlStatus.REFUSED)
         else:
-            if control.command == ControlCommand.PAUSE:
-                said = pause() if pause is not None else None
+            if control.command == ControlCommand.PAUSE:  # paused first: the answer then says what the phase does
                 store.set_run_status(run_id, RunStatus.PAUSED)
+                said = pause() if pause is not None else None
             elif control.command == ControlCommand.RESUME:
                 store.set_run_status(run_id, RunStatus.RUNNING)
             elif control.command == ControlCommand.STEP:
@@ -180,7 +181,7 @@ def phase_answer(command: ControlCommand, progress: dict[str, Any] | None, *, pa
     phase, stage = progress["phase"], progress.get("stage")
     if phase == TRAIN_PHASE:
         return _training_answer(command, int(progress.get("steps_done") or 0),
-                                int(progress.get("steps_total") or 0), paused)
+                                int(progress.get("steps_total") or 0), paused or bool(progress.get("holding")))
     if stage:
         doing = f"{stage} in the {phase} phase runs to its end first" + (
             ", then no new rollouts start" if phase in ROLLOUT_PHASES else "")

@@ -42,7 +42,9 @@ class PhaseProgress:
     steps_done: int = 0  # training steps (SFT's and GRPO's optimizer steps) done of `steps_total`
     steps_total: int = 0  # 0: not training (yet)
     _steps_from: tuple[float, int] | None = field(default=None, repr=False, compare=False)  # first safe point
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    holding: bool = False  # a training phase holds at its safe point (a pause)
+    # reentrant: a training safe point updates the steps and reads its word in one hold of it (`checking`)
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
 
     def add(self, total: int, done: int) -> None:
         with self._lock:
@@ -56,6 +58,13 @@ class PhaseProgress:
                 self._steps_from = (time.time(), done)
             self.steps_done, self.steps_total = done, total
 
+    @contextmanager
+    def checking(self) -> Iterator[None]:
+        """Around a safe point's count and its reading of the controls: an answer that reads the progress
+        meanwhile (`as_dict`) waits, so it says exactly whether the next step starts."""
+        with self._lock:
+            yield
+
     def as_dict(self) -> dict[str, Any]:
         with self._lock:
             at = time.time()
@@ -68,7 +77,8 @@ class PhaseProgress:
             return {"phase": self.phase, "iteration": self.iteration, "started_at": self.started_at,
                     "elapsed_s": round(elapsed, 1), "done": self.done, "total": self.total,
                     "in_flight": self.in_flight, "left_s": None if left is None else round(left, 1),
-                    "stage": self.stage, "steps_done": self.steps_done, "steps_total": self.steps_total}
+                    "stage": self.stage, "steps_done": self.steps_done, "steps_total": self.steps_total,
+                    "holding": self.holding}
 
     @contextmanager
     def during(self, stage: str) -> Iterator[None]:

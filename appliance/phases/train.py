@@ -66,11 +66,12 @@ def steer(ctx: PhaseContext) -> Steer:
     """The loop's controls at the training's safe points, and its progress for `appliance status`."""
 
     def word() -> StepWord:
-        if ctx.stop_now.is_set() or ctx.practice.stopping.is_set():
-            return "stop"
-        return "hold" if ctx.held() else "go"
+        said: StepWord = "stop" if ctx.stop_now.is_set() or ctx.practice.stopping.is_set() else (
+            "hold" if ctx.held() else "go")
+        ctx.progress.holding = said == "hold"
+        return said
 
-    return Steer(word, ctx.progress.steps)
+    return Steer(word, ctx.progress.steps, ctx.progress.checking)
 
 
 def demonstration_mix(ctx: PhaseContext, index: int, rl_samples: int) -> DemoMix:

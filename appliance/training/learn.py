@@ -34,7 +34,7 @@ import gc
 import math
 import time
 import traceback
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Literal
@@ -63,10 +63,15 @@ class Steer:
 
     word: Callable[[], StepWord]
     progress: Callable[[int, int], None] = lambda done, total: None
+    checking: Callable[[], AbstractContextManager[None]] = nullcontext  # around a count and its word, as one
+
+    def at(self, done: int, total: int) -> StepWord:
+        with self.checking():
+            self.progress(done, total)
+            return self.word()
 
     def safe_point(self, done: int, total: int) -> None:
-        self.progress(done, total)
-        while (word := self.word()) == "hold":
+        while (word := self.at(done, total)) == "hold":
             time.sleep(HOLD_POLL_S)
         if word == "stop":
             raise Interrupted(f"training step {done + 1} of {total} not started: the run is stopping")

@@ -257,10 +257,12 @@ def test_pause_holds_the_next_training_step_and_stop_now_keeps_what_was_trained(
         t0 = time.monotonic()
         answered = control.request(store, "pause", timeout_s=5)
         assert time.monotonic() - t0 < 1.5
-        said = re.fullmatch(r"pausing: training stops after step (\d) of 8; the trainer keeps its memory .*",
+        # exact: the safe point counts and reads the controls as one, and the answer reads the count after the
+        # pause is recorded ("after step k": k runs to its end; "before step k": the safe point held first)
+        said = re.fullmatch(r"pausing: training stops (after|before) step (\d) of 8; the trainer keeps its memory .*",
                             answered.result or "")
         assert said, answered.result
-        k = int(said.group(1))
+        k = int(said.group(2)) - (said.group(1) == "before")  # the steps taken when it holds
         time.sleep(1.0)  # five steps' time
         assert sum(trainer.taken.values()) == k and tick.is_alive()  # the step in flight ended; none started
         status = read_status(settings)["loop"]
