@@ -22,6 +22,7 @@ import os
 import stat
 import tarfile
 import time
+from collections import deque
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING
@@ -72,51 +73,67 @@ def _refusal(member: tarfile.TarInfo, name: str) -> str | None:
 
 
 _MAX_HOPS = 40  # as the kernel's ELOOP limit: a longer chain is refused, never followed further
+# Path components the link check may walk for one archive: a tree's links take a few each, while 20,000 links
+# that each follow 40 long links in turn would hold the host's CPU for many minutes.
+RESOLVE_STEPS = 400_000
 
 
-def _resolves_inside(path: str, links: Mapping[str, str], follow_last: bool = True) -> bool:
+def _parts(target: str) -> list[str]:
+    return [p for p in target.split("/") if p not in ("", ".")]
+
+
+def _resolves_inside(path: str, links: Mapping[str, str], budget: list[int], follow_last: bool = True) -> bool | None:
     """Whether `path` (from the tree's root) stays in the tree when every component the tree holds as a
     symbolic link (`links`: name -> target) is followed the way the kernel would, `..` included: the
-    lexical check alone passes `sub/x -> d/../../etc/passwd` beside `sub/d -> .`, which is /etc/passwd."""
-    stack: list[str] = []
-    todo = [p for p in path.split("/") if p not in ("", ".")]
+    lexical check alone passes `sub/x -> d/../../etc/passwd` beside `sub/d -> .`, which is /etc/passwd.
+    None when `budget` (steps left, shared by the archive's links) runs out first."""
+    stack: list[str] = []  # the path so far, each entry the whole prefix (the key into `links`)
+    budget[0] -= path.count("/") + 1
+    todo = deque(_parts(path))
     hops = 0
     while todo:
-        part = todo.pop(0)
-        if part in ("", "."):
-            continue
+        budget[0] -= 1
+        if budget[0] < 0:
+            return None
+        part = todo.popleft()
         if part == "..":
             if not stack:
                 return False
             stack.pop()
             continue
-        stack.append(part)
-        target = links.get("/".join(stack))
+        stack.append(f"{stack[-1]}/{part}" if stack else part)
+        target = links.get(stack[-1])
         if target is None or (not todo and not follow_last):
             continue
         hops += 1
         if hops > _MAX_HOPS or target.startswith("/"):
             return False
+        budget[0] -= target.count("/") + 1  # (before the split: a target of 2,000 `./` costs as much)
+        if budget[0] < 0:
+            return None
         stack.pop()
-        todo = target.split("/") + todo
+        todo.extendleft(reversed(_parts(target)))
     return True
 
 
 def _escaping_links(symlinks: dict[str, str], hardlinks: dict[str, str]) -> dict[str, str]:
-    """The links of a tree that leave it once other links are followed (name -> why); a link dropped
-    changes what the others resolve through, so symbolic links are judged until none leaves."""
-    kept, out = dict(symlinks), {}
-    while True:
-        bad = [n for n, t in kept.items() if not _resolves_inside(f"{n.rsplit('/', 1)[0]}/{t}" if "/" in n else t,
-                                                                  kept)]
-        if not bad:
-            break
-        for n in bad:
-            del kept[n]
-            out[n] = "link: points outside the tree through links"
+    """The links of a tree that leave it once its other links are followed (name -> why). One round is
+    enough: a path that passes through a link that leaves the tree leaves it at that point too, so no kept
+    link goes through a dropped one (and in the kernel's eyes a dropped link is a missing name: ENOENT)."""
+    out = {}
+    budget = [RESOLVE_STEPS]
+    for n, t in symlinks.items():
+        inside = _resolves_inside(f"{n.rsplit('/', 1)[0]}/{t}" if "/" in n else t, symlinks, budget)
+        if not inside:
+            out[n] = "link: points outside the tree through links" if inside is False else \
+                "link: too many links to resolve"
+    kept = {n: t for n, t in symlinks.items() if n not in out}
     # a hard link's target is a path from the root; link() follows all but its last component
-    out |= {n: "hard link: points outside the tree through links" for n, t in hardlinks.items()
-            if not _resolves_inside(t, kept, follow_last=False)}
+    for n, t in hardlinks.items():
+        inside = _resolves_inside(t, kept, budget, follow_last=False)
+        if not inside:
+            out[n] = "hard link: points outside the tree through links" if inside is False else \
+                "hard link: too many links to resolve"
     return out
 
 
