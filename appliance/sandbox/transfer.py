@@ -78,10 +78,6 @@ _MAX_HOPS = 40  # as the kernel's ELOOP limit: a longer chain is refused, never 
 RESOLVE_STEPS = 400_000
 
 
-def _parts(target: str) -> list[str]:
-    return [p for p in target.split("/") if p not in ("", ".")]
-
-
 def _resolves_inside(path: str, links: Mapping[str, str], budget: list[int], follow_last: bool = True) -> bool | None:
     """Whether `path` (from the tree's root) stays in the tree when every component the tree holds as a
     symbolic link (`links`: name -> target) is followed the way the kernel would, `..` included: the
@@ -89,7 +85,7 @@ def _resolves_inside(path: str, links: Mapping[str, str], budget: list[int], fol
     None when `budget` (steps left, shared by the archive's links) runs out first."""
     stack: list[str] = []  # the path so far, each entry the whole prefix (the key into `links`)
     budget[0] -= path.count("/") + 1
-    todo = deque(_parts(path))
+    todo = deque(p for p in path.split("/") if p not in ("", "."))
     hops = 0
     while todo:
         budget[0] -= 1
@@ -109,10 +105,8 @@ def _resolves_inside(path: str, links: Mapping[str, str], budget: list[int], fol
         if hops > _MAX_HOPS or target.startswith("/"):
             return False
         budget[0] -= target.count("/") + 1  # (before the split: a target of 2,000 `./` costs as much)
-        if budget[0] < 0:
-            return None
         stack.pop()
-        todo.extendleft(reversed(_parts(target)))
+        todo.extendleft(reversed([p for p in target.split("/") if p not in ("", ".")]))
     return True
 
 
@@ -120,20 +114,17 @@ def _escaping_links(symlinks: dict[str, str], hardlinks: dict[str, str]) -> dict
     """The links of a tree that leave it once its other links are followed (name -> why). One round is
     enough: a path that passes through a link that leaves the tree leaves it at that point too, so no kept
     link goes through a dropped one (and in the kernel's eyes a dropped link is a missing name: ENOENT)."""
-    out = {}
-    budget = [RESOLVE_STEPS]
+    out, budget = {}, [RESOLVE_STEPS]
+    why = {False: "points outside the tree through links", None: "too many links to resolve"}
     for n, t in symlinks.items():
         inside = _resolves_inside(f"{n.rsplit('/', 1)[0]}/{t}" if "/" in n else t, symlinks, budget)
         if not inside:
-            out[n] = "link: points outside the tree through links" if inside is False else \
-                "link: too many links to resolve"
+            out[n] = f"link: {why[inside]}"
     kept = {n: t for n, t in symlinks.items() if n not in out}
     # a hard link's target is a path from the root; link() follows all but its last component
     for n, t in hardlinks.items():
-        inside = _resolves_inside(t, kept, budget, follow_last=False)
-        if not inside:
-            out[n] = "hard link: points outside the tree through links" if inside is False else \
-                "hard link: too many links to resolve"
+        if not (inside := _resolves_inside(t, kept, budget, follow_last=False)):
+            out[n] = f"hard link: {why[inside]}"
     return out
 
 
