@@ -48,14 +48,18 @@ nothing: the sandbox is removed, the workspace copied out sanitized |
   back from the task, modules that would shadow the standard library removed, git configuration that
   runs programs taken out, made read-only, and it is started from outside /workspace with a fixed
   environment. It is run the same way in validation and in rollouts.
-- the verdict (`judge`): a verifier runs the agent's code by design, as the agent's uid. Its pass/fail is
+- the verdict (`judge`): a verifier runs the agent's code by design, as the agent's uid (1000) while the
+  verifier is the judge's (1001). Its pass/fail is
   its exit status as read with waitpid by a launcher that is the top process of its own `podman exec --user
   0 --privileged` (one per sandbox, spared by scrubs): root, which narrows itself at once to the
-  capabilities KILL, SETUID and SETGID (the container grants none: uid 1000 has none and cannot gain any),
-  so no process of the agent's uid may signal, ptrace or inspect it. The verifier is its child, dropped to
-  uid 1000 and run from an execute-only interpreter (mode 0711 copies under /usr/local/libexec/appliance),
-  which the kernel makes non-dumpable: no process of the sandbox may ptrace it, read its memory or open its
-  descriptors. Each attack on the verdict, what stops it, and the test that tries it
+  capabilities KILL, SETUID, SETGID, CHOWN and DAC_READ_SEARCH (the container grants none: uids 1000 and
+  1001 have none and cannot gain any), so no process of the sandbox may signal, ptrace or inspect it. The
+  verifier is its child, dropped to the judge's uid and run from an execute-only interpreter (mode 0711
+  copies under /usr/local/libexec/appliance), which the kernel makes non-dumpable: no process of the
+  sandbox may ptrace it, read its memory or open its descriptors. The code under test runs as the agent
+  when the verifier asks the launcher on fd 5 (`appliance_check.run_as_agent`), in a child of the launcher
+  whose only outputs are its stdout, stderr and exit status and which ends with every process of that uid.
+  Each attack on the verdict, what stops it, and the test that tries it
   (tests/practice/test_verdict_attacks.py unless named):
   | attack | what stops it | test |
   | --- | --- | --- |
@@ -69,6 +73,15 @@ test_the_code_under_test_cannot_read_the_verifiers_source |
   | stop or kill the launcher | another uid than the code under test; a launcher silent while its \
 sandbox lives is the agent's `verifier_timeout`, a stopped or killed verifier the rollout's failure | \
 test_stopping_the_launcher_is_the_agents_failure_not_an_infra_error, test_forged_verdict.py |
+  | kill or stop the verifier from the code under test (it shared the verifier's uid) | the verifier \
+runs as the judge (uid 1001), the code under test as the agent (uid 1000) through `run_as_agent`: no \
+signal crosses uids; the families run workspace code only that way | \
+test_agent_uid.py::test_the_code_under_test_cannot_kill_or_stop_its_verifier |
+  | rewrite a file the verifier reads while it runs (the agent owned the read-only workspace: chmod, \
+write) | the launcher hands the workspace to the judge for the run (owner judge, group agent, \
+read-only, the agent's permissions copied to the group) and back after it | \
+test_agent_uid.py::test_the_code_under_test_cannot_rewrite_what_its_verifier_reads, \
+test_a_planted_module_passes_no_part_of_a_composite |
   | write a partial score through an inherited fd 3 (os.system, a bash verifier's child) | fd 3 is a \
 datagram socket whose messages carry the sender's pid (SCM_CREDENTIALS): only the verifier's own writes \
 count; the Python bootstrap also makes it close-on-exec | \
@@ -107,10 +120,12 @@ Not protected:
 - kernel or runc escapes: containers share the host kernel (no gVisor/VM); rootful Podman without a
   user namespace, so a container escape is root on the host. `--userns=auto` would add a layer but needs
   /etc/subuid entries; a VM is the answer for hostile code.
-- what a verifier's own logic trusts: code it runs may rewrite workspace files (same uid) before the
-  verifier reads them, or print anything on a stdout they share; a verifier that trusts such a file or
-  text decides by its own logic; so does one that trusts the exit status of the agent's code (an exit
-  passes it; the families judge values instead).
+- what a verifier's own logic trusts: code it runs itself (subprocess, os.system) runs as the judge and
+  may kill or stop it, or chmod and rewrite the judge's workspace; code it runs as the agent may write
+  where the agent's uid may (/tmp) and print anything; a verifier that trusts such a file or text decides
+  by its own logic; so does one that trusts the exit status of the agent's code (an exit passes it; the
+  families judge values instead). The host's driving shell is the agent's uid: code under test can kill
+  it (the sandbox is then discarded, never judged by it).
 - covert channels: a verifier can still tell a reused validation sandbox from a new one by PID numbers,
   uptime or timing, and behave differently; a strict-in-validation, lenient-in-rollouts verifier is
   limited to what it can infer this way (setup's markers and processes are gone). Timing channels
