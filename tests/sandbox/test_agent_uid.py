@@ -23,9 +23,14 @@ r = run_as_agent(["bash", "-c", "id -u; stat -c %U:%G:%a a.txt; (echo hi > b.txt
                   "chmod u+w a.txt 2>/dev/null || echo denied; sleep 300 & echo $!"])
 out = r.stdout.split()
 left = out[-1] if out else "0"
+def gone(pid):  # dead, or a zombie its new parent has not reaped yet
+    try:
+        return " Z " in open(f"/proc/{pid}/stat").read().replace("(sleep)", "")
+    except OSError:
+        return True
 print(os.getuid(), out, r.returncode, r.stderr)
 ok = (os.getuid() == 1001 and out[:4] == ["1000", "judge:agent:444", "denied", "denied"] and r.returncode == 0
-      and not os.path.exists("/proc/" + left) and open("a.txt").read() == "x")
+      and gone(left) and open("a.txt").read() == "x")
 sys.exit(0 if ok else 1)
 '''
 SPEC = TaskSpec(id="uid-facts", family="script", difficulty=2, instruction="-", files={"a.txt": "x"}, verify=VERIFY,

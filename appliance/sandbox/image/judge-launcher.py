@@ -7,15 +7,12 @@ cannot gain them (no-new-privileges). No process of the agent's uid may signal i
 included), ptrace it, read its memory or open its descriptors; its stdin (the requests, verifiers'
 sources in them) and stdout (the verdicts) are pipes only it and the container runtime hold.
 
-Two uids. The verifier runs as the judge (uid 1001), the code under test as the agent (uid 1000): a
-process of one uid can neither signal nor ptrace one of another, so nothing the agent wrote can kill,
-stop or inspect the verifier. Before each verifier run the launcher makes the workspace the judge's
-(owner judge, group agent, lchown through `os.fwalk`, never following a link; the host made it
-read-only with the agent's own permissions copied to the group, so the agent's code may read what the
-agent could read, and write, chmod, rename or delete nothing there); after it, it gives the workspace
-and whatever the judge left in /tmp, /dev/shm and /dev/mqueue back to the agent's uid, so the host's
-scrub (the agent's uid) can empty them. CHOWN and DAC_READ_SEARCH (to walk directories the agent or
-the judge made private) are for that alone.
+Two uids: the verifier is the judge (1001), the code under test the agent (1000), so neither may signal or
+ptrace the other. Before each verifier run the workspace becomes the judge's (lchown by `os.fwalk`, never
+through a link; owner judge, group agent; the host made it read-only with the agent's permissions copied
+to the group: the agent's code reads what the agent could, and changes nothing); after it, what the judge
+owns in the workspace, /tmp, /dev/shm and /dev/mqueue goes back to the agent's uid, whose scrub empties
+them. CHOWN and DAC_READ_SEARCH (to walk directories made private) are for that alone.
 
 It serves one sandbox: it prints its pid, then reads one JSON request per line on stdin ({"argv", "source",
 "timeout_s", "output_limit", "env", "spare", "own"}) and for each forks the verifier, which drops to the
@@ -28,15 +25,12 @@ datagram socket whose every message carries the sender's pid (SCM_CREDENTIALS, f
 so only what the verifier's own process writes counts, never what a process it started writes to an
 inherited fd 3 (the Python bootstrap also makes fd 3 close-on-exec; a bash verifier cannot).
 
-Fd 5 is the verifier's way to run the code under test as the agent (`appliance_check.run_as_agent`): a
-stream socket of one JSON request per line ({"argv", "stdin", "timeout", "cwd", "env"}) answered by one
-JSON line ({"returncode", "stdout", "stderr", "timed_out"}). The launcher forks the agent's child in a
-session of its own, drops it to uid 1000 with no capability and none of fds 3 to 5, feeds its stdin,
-reads its bounded output, and when it exits (or at its time limit, bounded by the verifier's) kills every
-process of the agent's uid but the spared ones: nothing the code under test starts outlives the call. Its
-only outputs are data: stdout, stderr, the exit status, and files where the agent's uid may write (/tmp).
-A verifier that runs workspace code itself (subprocess, os.system) runs it as the judge: that is its
-author's decision to trust it; the appliance's families never do.
+Fd 5 runs the code under test as the agent (`appliance_check.run_as_agent`): one JSON request per line
+({"argv", "stdin", "timeout", "cwd", "env"}), one JSON answer ({"returncode", "stdout", "stderr",
+"timed_out"}). The child has a session of its own, uid 1000, no capability, none of fds 3 to 5; when it
+exits (or at its limit, bounded by the verifier's) every process of the agent's uid but the spared dies:
+its only outputs are data. A verifier that runs workspace code itself runs it as the judge: its author's
+decision to trust it; the appliance's families never do.
 
 The launcher kills everything else of the sandbox when the verifier is done, and prints one JSON
 verdict: the verifier's exit code or signal as waitpid saw it, whether it ran out of time, the score it
@@ -57,8 +51,7 @@ import time
 LIBEXEC = "/usr/local/libexec/appliance"
 AGENT_UID = 1000  # the image's `agent` user: the code under test
 JUDGE_UID = 1001  # the image's `judge` user: the verifier
-# Where the judge may leave files (handed back to the agent's uid after each verdict, for the host's scrub).
-SCRATCH = ("/workspace", "/tmp", "/dev/shm", "/dev/mqueue")
+SCRATCH = ("/workspace", "/tmp", "/dev/shm", "/dev/mqueue")  # the judge's files here go back to the agent
 REQUEST_MAX = 16 << 20  # one run_as_agent request (its stdin included)
 PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
 F_ADD_SEALS, F_SEAL_SEAL, F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_WRITE = 1033, 1, 2, 4, 8
