@@ -176,6 +176,8 @@ class Sandbox:
         # Processes a scrub leaves alive besides PID 1 and the shell: the verdict launcher (sandbox/judge.py),
         # kept from one verdict to the next (it is not dumpable: what runs here cannot reach into it).
         self.spared: set[int] = set()
+        # The door's relay (PID 1's child under `--init`): scrubs spare it, or catatonit ends the container.
+        self._relay: int | None = None
 
     @classmethod
     def start(cls, settings: Settings, workspace: Path | None = None, image: str | None = None,
@@ -208,6 +210,8 @@ class Sandbox:
             if listener is not None and not listener.ready.wait(10):
                 raise SandboxError(f"the model door relay in sandbox {name} did not come up within 10 s",
                                    "check that the image is current: run `appliance init`")
+            if listener is not None and sb._control is not None:
+                sb._relay = sb._find_relay()
             return sb
         except BaseException:
             if sb is not None:
@@ -379,12 +383,23 @@ class Sandbox:
             os.replace(Path(tmp) / source.name, dest)
         return dest
 
+    def _find_relay(self) -> int:
+        """The door relay's pid before task code runs: PID 1's only child then (`podman exec`'s are not)."""
+        assert self._control is not None
+        r = self._control.run("read -r __c < /proc/1/task/1/children; echo \"relay:$__c\"", timeout=30)
+        pids = r.stdout.partition("relay:")[2].split()
+        if len(pids) != 1 or not pids[0].isdigit():
+            raise SandboxError(f"sandbox {self.name}: no door relay in PID 1's children {pids}", "run appliance init")
+        return int(pids[0])
+
     def scrub(self, *, wipe: bool = True) -> None:
-        """Kill every process but PID 1 and the shell it runs in; with `wipe`, also empty every writable place,
-        so the sandbox is as clean as a new one. Raise SandboxError when it cannot (then discard the sandbox).
-        Only for sandboxes without a door (their PID 1 is the reaper). In a sandbox that will be copied out
-        it runs in the control shell (the agent's shell dies with the rest)."""
-        kill = KILL_ALL if not self.spared else KILL_ALL_BUT.replace("SPARED", " ".join(map(str, sorted(self.spared))))
+        """Kill every process but PID 1, the shell it runs in, the verdict launcher and the door's relay; with
+        `wipe`, also empty every writable place, so the sandbox is as clean as a new one. Raise SandboxError
+        when it cannot (then discard the sandbox). In a sandbox that will be copied out it runs in the
+        control shell (the agent's shell dies with the rest). A door sandbox's PID 1 is catatonit, which
+        reaps orphans too, and ends the container when the relay ends: the relay is spared."""
+        spared = self.spared | ({self._relay} if self._relay is not None else set())
+        kill = KILL_ALL if not spared else KILL_ALL_BUT.replace("SPARED", " ".join(map(str, sorted(spared))))
         if self._control is not None and not self._control.pid:
             if not self.alive():  # the container is gone: the machine's doing (killed, swept, past its lifetime)
                 raise SandboxError(f"sandbox {self.name} is gone: it cannot be scrubbed",
@@ -424,13 +439,12 @@ class Sandbox:
         """Copy /workspace back into the host workspace (when one was given and the block ended cleanly),
         then stop; a copy that fails (the sandbox died) raises SandboxError after the stop.
 
-        Without a door, whatever is still running is killed first: nothing the agent left changes the tree
-        while it is copied, and a fork bomb it left cannot starve the copy (which would look like the
-        machine's failure). What will not die raises SandboxNotClean: the agent's doing."""
+        Whatever is still running is killed first (a door's relay excepted): nothing the agent left changes
+        the tree while it is copied, and a fork bomb it left cannot starve the copy (which would look like
+        the machine's failure). What will not die raises SandboxNotClean: the agent's doing."""
         try:
             if exc_type is None and self.workspace is not None and not self._stopped:
-                if self._door is None:
-                    self.scrub(wipe=False)
+                self.scrub(wipe=False)
                 self.get("/workspace", self.workspace)
         finally:
             self.stop()
