@@ -95,6 +95,9 @@ def services(settings: Settings, store: Store, log: Callable[[str], None] = prin
 
 
 STOP_GRACE_S = 30.0  # how long a clean stop waits for the phase in flight before tearing down under it
+# A training phase stops at its next step and then saves what it trained (weights, optimizer state): on a
+# real model a step and that save take minutes, and tearing down under them loses the training.
+STOP_GRACE_TRAIN_S = 900.0
 
 
 def run_appliance(settings: Settings, *, iterations: int | None = None, headless: bool = True,
@@ -144,7 +147,8 @@ def run_appliance(settings: Settings, *, iterations: int | None = None, headless
                 sched.shutdown(wait=False)
                 # a phase in flight sees `stopping` at its next step and returns; tearing the engine and the
                 # sandboxes down under it sooner turns its last moments into tracebacks at interpreter exit
-                grace = time.monotonic() + STOP_GRACE_S
+                training = (loop.progress() or {}).get("phase") == "train"
+                grace = time.monotonic() + (STOP_GRACE_TRAIN_S if training else STOP_GRACE_S)
                 while scheduler.busy.is_set() and time.monotonic() < grace:
                     time.sleep(0.2)
                 steering.stop()  # last: a request made from now on hears at once that no loop runs

@@ -285,3 +285,31 @@ def test_pause_holds_the_next_training_step_and_stop_now_keeps_what_was_trained(
     assert again.tick() is True and trainer.saved is None
     assert sorted(trainer.taken) == [f"part{i}" for i in range(8)] and set(trainer.taken.values()) == {1}
     assert [g for g, _ in store.metric_series(run_id, "loss")] == list(range(1, 9))  # no step twice
+
+
+def test_appliance_run_waits_for_a_training_phase_to_save_what_it_trained(settings: Settings, store: Store,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stop during TRAIN waits for the step in flight and the save of what was trained (minutes on a real
+    model) before tearing down; the other phases' short grace would tear down under them and lose it.
+    Before: `run_appliance` returned after its 30 s grace (0.1 s here) with nothing saved."""
+    import contextlib
+
+    from appliance import app
+
+    settings.loop.iterations, settings.loop.families, settings.loop.tick_s = 1, ["files"], 0.1
+    monkeypatch.setattr(app, "STOP_GRACE_S", 0.1)
+    trainer = SlowSteps(1.0)
+    phases = RecordedPhases()
+    phases[Phase.TRAIN] = training_phase(trainer, 4)
+    stand_in = SimpleNamespace(stopping=threading.Event(), pool=SimpleNamespace(max_concurrent=2))
+    monkeypatch.setattr(app, "services", lambda *_: contextlib.nullcontext(SimpleNamespace(
+        engine=FakeEngine(), practice=stand_in)))
+    monkeypatch.setattr(app, "Loop", lambda *a, **k: Loop(*a, **k, phases=phases))
+
+    def operator() -> None:  # `appliance stop --now` once the first step is in flight
+        wait_for(lambda: sum(trainer.taken.values()) >= 1)
+        control.request(store, "stop_now", timeout_s=5)
+
+    threading.Thread(target=operator, daemon=True).start()
+    app.run_appliance(settings, log=lambda _: None)
+    assert trainer.saved is not None and trainer.saved.parts_done >= 1, "the stop tore down before the save"
