@@ -12,7 +12,8 @@ verifier (self-proposed tasks are written by the policy). Protected:
 - host files: no host directory is shared with task code. /workspace is a tmpfs inside the sandbox;
   workspaces go in as archives the host built from a task's text or from a host-only directory (read
   with O_NOFOLLOW, links kept as links, special files left out) and come out through tarfile's 'data'
-  filter in memory (absolute paths, links out of the tree, devices, FIFOs and sockets dropped and named),
+  filter in memory (absolute paths, links out of the tree (followed through its other links as the kernel
+  would: test_transfer.py), sparse members, devices, FIFOs and sockets dropped and named),
   so the host never reads or writes a directory task code can reach. The host copy of a workspace holds
   directories and regular files only (no link is recreated on the host); the verifier's sandbox gets
   the sanitized archive itself (`Sandbox.copied_out`), so links inside the tree are judged as the agent
@@ -22,7 +23,8 @@ verifier (self-proposed tasks are written by the policy). Protected:
   pages count against `--memory` (`sandbox.workspace_size`, default a quarter of it).
 - network egress: `--network=none`; connect() fails with "Network is unreachable". The only way out is
   the model door (a bind-mounted unix socket relayed to the proxy on loopback), and it reaches one HTTP
-  service; the route inside it is selected by a per-rollout secret token that the proxy checks.
+  service; the route inside it is selected by a per-rollout secret token that the proxy checks, and a
+  request head past 64 KiB or 100 headers is answered 431 unread (`proxy.server.CappedHttp`, test_guards.py).
 - kernel surface: `seccomp.json` refuses new user namespaces (unshare/clone with CLONE_NEWUSER; clone3
   answers ENOSYS so glibc falls back to clone), setns, mounts, keyrings, BPF, io_uring, perf events,
   userfaultfd and module/kexec calls. No configured harness needs any of them (mini-swe-agent and the
@@ -89,9 +91,12 @@ test_the_score_descriptor_counts_only_the_verifiers_own_writes |
   | forge the verdict: another process's memory, a shared stdout, the shell's sentinel | non-dumpable \
 launcher and verifier; the verdict on a stdout only the launcher and the runtime hold | \
 test_forged_verdict.py |
-  | hide git state: index entries marked assume-unchanged or skip-worktree | `tasks.gitsafe` clears the \
-flags and records them; state-hiding keys denied, replace refs off | \
-test_a_flag_in_the_index_hides_no_change_from_the_verifier |
+  | hide git state: index entries marked assume-unchanged or skip-worktree; ignore rules the task did not \
+set (an untracked .gitignore, info/exclude); a `.git` gitdir: file | `tasks.gitsafe` clears the \
+flags, empties info/exclude, removes untracked .gitignore and a non-directory .git, and records them; \
+state-hiding keys denied, replace refs off | \
+test_a_flag_in_the_index_hides_no_change_from_the_verifier, \
+test_gitsafe.py::test_ignore_rules_and_a_gitdir_file_hide_nothing_from_the_verifier |
   | run a program in the verifier through git: configuration, hooks, and layouts that hid them (a linked \
 config or HEAD, a hard-linked config, a commondir) | `tasks.gitsafe`: allowlisted configuration, hooks \
 dropped, a repository found by a HEAD of any kind, non-regular config and HEAD replaced, commondir and \
@@ -101,16 +106,19 @@ test_hostile_agent.py |
   | drive the appliance's shell: write commands into its pipe (/proc/<shell>/fd/10), or redefine in the \
 agent's shell what the scrub before the copy out relies on (`kill`, its variables) | the driving shells \
 run from the execute-only bash (non-dumpable: their descriptors are unreachable); a sandbox that will be \
-copied out is scrubbed from a control shell opened before any task code runs | \
-tests/sandbox/test_sandbox.py |
+copied out is scrubbed from a control shell opened before any task code runs, a sandbox with a model door \
+too (its relay spared) | tests/sandbox/test_sandbox.py, test_door_scrub.py |
   | take the host: a sparse file (`truncate -s 3G`), many small files, a deep tree | the copy out \
-archives sparse files as their blocks, reads the archive as a stream and counts logical bytes against \
+archives sparse files as their blocks and refuses them (never expanded), reads the archive as a stream \
+and counts logical bytes against \
 the workspace's cap (files past it left out and named), members capped at 20,000; a task's files \
 measured in tmpfs pages; tampering records capped | \
 test_a_sparse_file_costs_the_host_no_memory_and_is_recorded, \
 test_a_deep_tree_makes_a_bounded_tampering_record, test_validate.py |
   | a self-proposed verifier that pays partial credit for any behaviour | a self-proposed task's failure \
-scores 0 (`tasks.verify.score_of`) | test_a_self_proposed_verifier_pays_no_partial_credit |
+scores 0 (`tasks.verify.score_of`); one that silences its validation (stops its launcher, the shell, \
+everything it may signal) is rejected once, never infra | test_a_self_proposed_verifier_pays_no_partial_credit, \
+test_silenced_validation.py |
   Code the verifier runs can make it fail, never pass.
 - fork bombs (`--pids-limit`), memory bombs (`--memory` = `--memory-swap`), CPU (`--cpus`), runaway
   commands (`timeout -s KILL` inside, per command), runaway sandboxes (`--timeout` lifetime: podman kills

@@ -100,7 +100,7 @@ def prepare(spec: TaskSpec, archive: bytes) -> tuple[bytes, list[str]]:
     git configuration that would run programs taken out (each named as tampering)."""
     restored, tampered = restore_protected(spec, archive)
     cleaned, planted = _drop_planted(spec, restored)
-    defused, git = defuse_git(cleaned)
+    defused, git = defuse_git(cleaned, spec.files)  # a file the task shipped is not the agent's doing
     return defused, tampered + planted + git
 
 

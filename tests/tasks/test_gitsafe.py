@@ -186,3 +186,23 @@ def test_ignore_rules_the_repository_tracks_or_the_task_shipped_are_kept() -> No
     names = members(defused)
     assert ".gitignore" in names and "sub/.gitignore" in names and ".git/info/exclude" in names
     assert tampered == []
+
+
+def test_prepare_keeps_an_ignore_file_the_task_shipped() -> None:
+    """The verifier's copy of a workspace keeps a .gitignore the task itself shipped (and no commit tracks):
+    the agent did not plant it. Before: `verify.prepare` did not tell gitsafe the task's files, so it was
+    removed and named as tampering on every rollout, an honest one included."""
+    import subprocess
+
+    from appliance.sandbox.transfer import pack_dir
+    from appliance.tasks.verify import prepare
+
+    spec = TaskSpec(id="git-shipped-ignore", family="git", difficulty=2, instruction="Commit new.txt.",
+                    verify_lang="python", verify=CLEAN_STATUS, solution="true\n",
+                    files={"repo/.gitignore": "*.log\n"})
+    with __import__("tempfile").TemporaryDirectory() as d:
+        subprocess.run("mkdir repo && cd repo && git init -q -b main && printf '*.log\\n' > .gitignore",
+                       shell=True, cwd=d, check=True, capture_output=True)
+        archive, _ = pack_dir(Path(d))
+    prepared, tampered = prepare(spec, archive)
+    assert "repo/.gitignore" in members(prepared) and tampered == []
