@@ -100,7 +100,7 @@ def test_run_opens_the_tui_and_tui_steers_the_headless_run(sandbox_settings: Set
     keep("run, detached", wait_for(lambda: pane("run"), r"TUI closed; run run-\S+ goes on headless", check=run_alive))
     assert _status(env)["run"]["status"] == "running"
 
-    # 2. `appliance tui` attaches from another terminal and pauses the loop (answered when a phase ends)
+    # 2. `appliance tui` attaches from another terminal and pauses the loop (at its next safe point)
     tmux("new-session", "-d", "-s", "tui", "-x", "80", "-y", "24",
          _script(tmp_path / "tui.sh", env, f"{APPLIANCE} tui --refresh 0.2", tui_rc))
     wait_for(lambda: pane("tui"), r"overview · run run-\S+ · RUNNING", check=run_alive)
@@ -119,7 +119,9 @@ def test_run_opens_the_tui_and_tui_steers_the_headless_run(sandbox_settings: Set
     paused = wait_for(lambda: pane("tui"), rf"overview · run run-\S+ · PAUSED\s+iteration {index}\b",
                       check=run_alive)
     keep("tui, paused", paused)
-    assert not re.search(rf"\b{phase}\s+\d+s", paused), paused  # the phase the loop waits at has not started
+    # a pause lands at the next safe point, inside a phase too (between two rollouts, issue 52): the phase the
+    # loop holds in may have started; what the pane must say is that the run is paused there
+    assert re.search(rf"\b{phase}\b", paused), paused
     tmux("send-keys", "-t", "tui", "5", "r")
     wait_for(lambda: pane("tui"), r"Resume\?")
     tmux("send-keys", "-t", "tui", "y")
