@@ -10,6 +10,19 @@ from appliance.config import Settings
 from appliance.sandbox.transfer import members, pack_files, read_member
 from appliance.tasks import TaskSpec, verify_workspace
 from appliance.tasks.gitsafe import defuse_git, sanitize_config
+from appliance.tasks.verify import VerifyResult
+
+
+def verdict_after(settings: Settings, tmp_path: Path, spec: TaskSpec, agent: str) -> VerifyResult:
+    """The verifier's verdict on what `agent` (a shell script, which must succeed in its own sandbox) left."""
+    from appliance.sandbox import Sandbox
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with Sandbox.start(settings, workspace=ws) as sb:
+        made = sb.exec(agent)
+        assert made.exit_code == 0, made.stderr  # what the agent did works in its own sandbox
+    return verify_workspace(settings, spec, ws, archive=sb.copied_out)
 
 # Every key the issue names, and the rest of the program-running family, one by one.
 PROGRAM_KEYS = [
@@ -87,17 +100,12 @@ VERIFY = ("import os, subprocess, sys\nsubprocess.run(['git', *ARGS], cwd='repo'
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_planted_git_program_never_runs_in_the_verifier(sandbox_settings: Settings, tmp_path: Path,
                                                           case: str) -> None:
-    from appliance.sandbox import Sandbox
-
     configure, args = CASES[case]
     spec = TaskSpec(id=f"git-{case}", family="git", difficulty=3, instruction="x", verify_lang="python",
                     verify=VERIFY.replace("ARGS", repr(args)), solution="true\n")
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    with Sandbox.start(sandbox_settings, workspace=ws) as sb:
-        made = sb.exec(REPO + f"{configure}\ngit {' '.join(args)} >/dev/null 2>&1; test -e /tmp/pwned")
-        assert made.exit_code == 0, made.stderr  # the planted program does run in the agent's own sandbox
-    verdict = verify_workspace(sandbox_settings, spec, ws, archive=sb.copied_out)
+    # the planted program does run in the agent's own sandbox
+    verdict = verdict_after(sandbox_settings, tmp_path, spec,
+                            REPO + f"{configure}\ngit {' '.join(args)} >/dev/null 2>&1; test -e /tmp/pwned")
     assert not verdict.passed and verdict.error is None, verdict.output
 
 
@@ -118,17 +126,12 @@ LAYOUTS = {
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_a_git_layout_that_hides_the_configuration_is_tampering(sandbox_settings: Settings, tmp_path: Path,
                                                                 layout: str) -> None:
-    from appliance.sandbox import Sandbox
-
     configure, recorded = LAYOUTS[layout]
     spec = TaskSpec(id=f"git-{layout}", family="git", difficulty=3, instruction="x", verify_lang="python",
                     verify=VERIFY.replace("ARGS", repr(["diff"])), solution="true\n")
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    with Sandbox.start(sandbox_settings, workspace=ws) as sb:
-        made = sb.exec(REPO + f"{configure}\ngit diff >/dev/null 2>&1; test -e /tmp/pwned")
-        assert made.exit_code == 0, made.stderr  # the planted program does run in the agent's own sandbox
-    verdict = verify_workspace(sandbox_settings, spec, ws, archive=sb.copied_out)
+    # the planted program does run in the agent's own sandbox
+    verdict = verdict_after(sandbox_settings, tmp_path, spec,
+                            REPO + f"{configure}\ngit diff >/dev/null 2>&1; test -e /tmp/pwned")
     assert not verdict.passed and verdict.error is None, verdict.output
     assert any(t.startswith(recorded) for t in verdict.tampered), verdict.tampered
 
@@ -155,17 +158,12 @@ CLEAN_STATUS = ("import subprocess, sys\n"
 @pytest.mark.parametrize("how", sorted(HIDING))
 def test_ignore_rules_and_a_gitdir_file_hide_nothing_from_the_verifier(sandbox_settings: Settings, tmp_path: Path,
                                                                       how: str) -> None:
-    from appliance.sandbox import Sandbox
-
     hide, recorded = HIDING[how]
     spec = TaskSpec(id=f"git-{how}", family="git", difficulty=3, instruction="Commit new.txt.", verify_lang="python",
                     verify=CLEAN_STATUS, solution="git add new.txt && git commit -qm two\n")
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    with Sandbox.start(sandbox_settings, workspace=ws) as sb:
-        made = sb.exec(UNTRACKED + f"{hide}\ntest -z \"$(git status --porcelain)\"")
-        assert made.exit_code == 0, made.stderr  # the agent's own git sees a clean repository
-    verdict = verify_workspace(sandbox_settings, spec, ws, archive=sb.copied_out)
+    # the agent's own git sees a clean repository
+    verdict = verdict_after(sandbox_settings, tmp_path, spec,
+                            UNTRACKED + f"{hide}\ntest -z \"$(git status --porcelain)\"")
     assert not verdict.passed and verdict.error is None, verdict.output
     assert any(t.startswith(recorded) for t in verdict.tampered), verdict.tampered
 
