@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
@@ -59,30 +59,25 @@ WORDS = ("go", "hold", "stop")
 def steered(job: dict[str, Any], main: bool, device: Any) -> Callable[[int, int], None]:
     """The workers' safe point: rank 0 tells the steps done and reads the parent's word; all ranks obey it.
     While held, the ranks agree again every poll (a collective a second, far inside any timeout)."""
-    from appliance.errors import Interrupted
-    from appliance.training.learn import HOLD_POLL_S
+    from appliance.training.learn import Steer, StepWord
     from appliance.training.multiprocess import _write
 
     steer, progress = Path(job["steer"]), Path(job["progress"])
 
-    def safe_point(done: int, total: int) -> None:
+    def told(done: int, total: int) -> None:
         if main:
             _write(progress, f"{done} {total}")
-        while True:
-            said = "go"
-            if main:
-                try:
-                    said = steer.read_text().strip() or "go"
-                except FileNotFoundError:
-                    pass
-            word = agreed(said if said in WORDS else "go", device)
-            if word == "stop":
-                raise Interrupted(f"training step {done + 1} of {total} not started: the run is stopping")
-            if word == "go":
-                return
-            time.sleep(HOLD_POLL_S)
 
-    return safe_point
+    def word() -> StepWord:
+        said = "go"
+        if main:
+            try:
+                said = steer.read_text().strip() or "go"
+            except FileNotFoundError:
+                pass
+        return cast("StepWord", agreed(said if said in WORDS else "go", device))
+
+    return Steer(word, told).safe_point
 
 
 def run_job(job: dict[str, Any]) -> dict[str, Any] | None:
