@@ -40,6 +40,7 @@ from appliance.sandbox import ModelDoor, SandboxPool
 from appliance.schemas import FailureMode, ModelCall, Outcome, Rollout, RolloutStatus, Sample
 from appliance.store import Store
 from appliance.tasks import TaskSpec, verify_workspace
+from appliance.tasks.harbor import task_image
 from appliance.tasks.validate import write_workspace
 from appliance.trajectories import TrajectoryReport, build_samples
 
@@ -114,7 +115,11 @@ def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> Rollout
         write_workspace(spec, workspace)
         image = practice.image_for(rollout.harness)
         door = ModelDoor(practice.proxy_host, practice.proxy_port) if image else None
-        with practice.pool.start(workspace=workspace, image=image, door=door,
+        own = task_image(spec).get("image")  # a task with its own environment (tasks.environment)
+        if own and image:
+            raise _Infra(f"task {spec.id} has its own environment; harness {rollout.harness!r} brings another "
+                         "image: such tasks run with the built-in harness for now")
+        with practice.pool.start(workspace=workspace, image=image or own, door=door,
                                  labels={"appliance.rollout": rollout.id}) as sb:
             if spec.setup.strip():
                 setup = sb.exec(spec.setup, timeout=spec.limits.setup_timeout_s)

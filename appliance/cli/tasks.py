@@ -128,9 +128,17 @@ def tasks_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
 @click.pass_context
 @friendly_errors
 def tasks_validate(ctx: click.Context, path: Path, as_json: bool) -> None:
-    """Check a task directory or .toml file agent-free in sandboxes; explain each failed stage. Exit 0 if valid."""
-    from appliance.tasks import load_task, validate_agent_free
+    """Check a task directory or .toml file agent-free in sandboxes; explain each failed stage. Exit 0 if valid.
 
+    A Harbor or Terminal-Bench 1 directory, or a folder of task directories, is validated by its oracle:
+    its environment built, the reference solution must pass the tests and the untouched workspace fail
+    them; the answer counts the tasks that passed and gives each exclusion's reason."""
+    from appliance.tasks import load_task, validate_agent_free
+    from appliance.tasks.harbor import is_foreign
+
+    if is_foreign(path) or (path.is_dir() and not (path / "task.toml").is_file()):
+        _validate_set(settings_of(ctx), path, as_json)
+        return
     result = validate_agent_free(settings_of(ctx), load_task(path))
 
     def human(_: Any) -> None:
@@ -143,6 +151,23 @@ def tasks_validate(ctx: click.Context, path: Path, as_json: bool) -> None:
 
     emit(result.as_dict(), as_json, human)
     sys.exit(0 if result.ok else 1)
+
+
+def _validate_set(settings: Any, path: Path, as_json: bool) -> None:
+    from appliance.tasks.foreign import validate_sets
+
+    valid, stages = validate_sets(settings, [path], log=lambda m: echo(m, err=True))
+    total = len(valid.specs) + len(valid.excluded)
+
+    def human(_: Any) -> None:
+        for spec in valid.specs:
+            echo(f"valid    {spec.id}" + "".join(f"\n         note: {n}" for n in spec.meta.get("notes", [])))
+        for e in valid.excluded:
+            echo(f"excluded {e.path}: {e.reason}")
+        echo(f"{len(valid.specs)} of {total} task(s) passed validation")
+
+    emit({**valid.as_dict(), "stages": stages, "passed": len(valid.specs), "total": total}, as_json, human)
+    sys.exit(0 if valid.specs and not valid.excluded else 1)
 
 
 @tasks.command("import")

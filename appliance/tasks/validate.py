@@ -47,6 +47,7 @@ from appliance.sandbox.transfer import MAX_MEMBERS, capped, pack_files, reroot, 
 from appliance.schemas import Split, TaskStatus
 from appliance.seams import SandboxAPI
 from appliance.tasks.format import TaskSpec
+from appliance.tasks.harbor import task_image
 from appliance.tasks.pool import fingerprint
 from appliance.tasks.verify import (
     SandboxStarter,
@@ -164,7 +165,7 @@ def validate_many(settings: Settings, specs: list[TaskSpec], *, parallel: int = 
             pass
 
     def worker() -> None:
-        sb, used = None, 0
+        sb, used, sb_kw = None, 0, {}
         try:
             while True:
                 with lock:
@@ -191,11 +192,12 @@ def validate_many(settings: Settings, specs: list[TaskSpec], *, parallel: int = 
                                             f"{MAX_MEMBERS} files")
                     continue
                 try:
-                    if sb is None or used >= reuse:
+                    kw = task_image(spec)  # a task with its own environment gets a sandbox of its image
+                    if sb is None or used >= reuse or kw != sb_kw:
                         if sb is not None:
                             close(sb)
                         sb, used = None, 0
-                        sb = start_sandbox().__enter__()
+                        sb, sb_kw = start_sandbox(**kw).__enter__(), kw
                     used += 1
                     reason = _stages(sb, spec, stages)
                     results[i] = Validation(reason is None, stages, reason)

@@ -35,6 +35,7 @@ from appliance.sandbox.transfer import capped, members, overlay, pack_dir, shell
 from appliance.seams import SandboxAPI, SandboxStarter
 from appliance.tasks.format import ANSWER_FILE, TaskSpec
 from appliance.tasks.gitsafe import GIT_ENV, defuse_git
+from appliance.tasks.harbor import task_image
 
 SHELL_PUT_MAX = 256 * 1024  # archives up to this size go through the persistent shell
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -45,8 +46,9 @@ FAILED_SCORE_MAX = 0.9
 NO_PARTIAL_CREDIT = frozenset({"self_proposed"})
 ANSWER_MAX_BYTES = 64 * 1024  # a question task's answer is a line or a few, not a file
 # A module the agent leaves under one of these names would run inside a Python verifier that imports it
-# from the workspace (`python3 test_x.py` puts the script's directory first on sys.path).
-SHADOWED = frozenset(sys.stdlib_module_names) | {"sitecustomize", "usercustomize"}
+# from the workspace (`python3 test_x.py` puts the script's directory first on sys.path); a conftest.py
+# would run inside a pytest that a task's tests start from the workspace (Harbor's test.sh often does).
+SHADOWED = frozenset(sys.stdlib_module_names) | {"sitecustomize", "usercustomize", "conftest"}
 _SCORE = re.compile(r"^SCORE=\s*([0-9.eE+-]+)\s*$", re.M)
 # A python verifier that cannot run at all (as opposed to one that fails by assert or exception).
 _CANNOT_RUN = re.compile(r"^(SyntaxError|IndentationError|TabError|ImportError|ModuleNotFoundError)\b", re.M)
@@ -210,7 +212,7 @@ def verify_workspace(settings: Settings, spec: TaskSpec, workspace_dir: Path | s
     archive, tampered = prepare(spec, archive)
     tampered = capped(tampered + list(dropped) + skipped)
     try:
-        with starter(settings, start)() as sb:
+        with starter(settings, start)(**task_image(spec)) as sb:  # a task's own environment, if it has one
             r = judge(sb, spec, archive, answer)
     except SandboxStorageFull:  # no verifier can run anywhere: the caller's phase fails, nothing is decided
         raise
