@@ -72,14 +72,7 @@ class AnthropicDialect:
                 raise Refusal(400, "a Messages request needs `messages` (a list) and `max_tokens` (an integer)",
                               "invalid_request_error", record=True)
             adapter, model_response = await anyio.to_thread.run_sync(_litellm)
-            try:
-                chat, tool_names = adapter.translate_anthropic_to_openai(body)
-            except Exception as e:  # litellm raises many types for malformed input
-                raise Refusal(400, f"cannot read the Messages request: {e}", "invalid_request_error",
-                              record=True) from None
-            chat = _drop_none(json.loads(json.dumps(chat, default=_plain)))
-            chat.pop("stream", None)
-            chat.pop("stream_options", None)
+            chat, tool_names = _to_chat(adapter, body)
             sent = self.proxy.engine_body(chat, CHAT)
 
             def shape(data: dict[str, Any]) -> dict[str, Any]:
@@ -99,6 +92,42 @@ class AnthropicDialect:
         finally:
             if slot and rollout_id is not None:
                 self.proxy.free_slot(rollout_id)
+
+
+    async def count_tokens(self, request: Request) -> Response:
+        """`POST /v1/messages/count_tokens`: the prompt's tokens as the engine's tokenizer counts them."""
+        started = time.perf_counter()
+        rollout_id, body, slot = None, None, False
+        try:
+            rollout_id = self.proxy.rollout_of(request).id
+            self.proxy.take_slot(rollout_id)
+            slot = True
+            body = await self.proxy.body_of(request)
+            if not isinstance(body.get("messages"), list):
+                raise Refusal(400, "a count_tokens request needs `messages` (a list)", "invalid_request_error",
+                              record=True)
+            adapter, _ = await anyio.to_thread.run_sync(_litellm)
+            chat, _ = _to_chat(adapter, {"max_tokens": 1, **body})  # the translation wants a max_tokens
+            return JSONResponse({"input_tokens": await self.proxy.count(rollout_id, chat)})
+        except Refusal as r:
+            if r.record and rollout_id is not None:
+                r = await self.proxy.refusal_row(r, rollout_id, body, started)
+            return JSONResponse(anthropic_error(r.status, r.message), r.status, headers=r.headers)
+        finally:
+            if slot and rollout_id is not None:
+                self.proxy.free_slot(rollout_id)
+
+
+def _to_chat(adapter: Any, body: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """(the chat request, litellm's tool-name map) for a Messages request."""
+    try:
+        chat, tool_names = adapter.translate_anthropic_to_openai(body)
+    except Exception as e:  # litellm raises many types for malformed input
+        raise Refusal(400, f"cannot read the Messages request: {e}", "invalid_request_error", record=True) from None
+    chat = _drop_none(json.loads(json.dumps(chat, default=_plain)))
+    chat.pop("stream", None)
+    chat.pop("stream_options", None)
+    return chat, tool_names
 
 
 def _plain(value: Any) -> Any:

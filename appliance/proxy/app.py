@@ -1,8 +1,10 @@
 """The model-boundary proxy: the only door between a harness and the engine, and its recorder.
 
 Routes live under `/r/{token}/`, where the token is the rollout's secret (see routes.py):
-OpenAI `v1/chat/completions` (stream or not, tools), `v1/completions`, `v1/models`, and Anthropic
-`v1/messages` (anthropic.py translates it to a chat call). Every call is forwarded with
+OpenAI `v1/chat/completions` (stream or not, tools), `v1/completions`, `v1/models`, `v1/responses`
+(responses.py translates it to a chat call), and Anthropic `v1/messages` (anthropic.py translates it)
+and `v1/messages/count_tokens` (the engine's `/tokenize`; a `count` row: the prompt's ids, nothing
+sampled). Every call is forwarded with
 `return_token_ids` and logprobs forced on, whatever model name the harness sent is replaced by the
 engine's current one, and one model-call row (request as the engine saw it, response as the harness got
 it, prompt and completion token ids, per-token logprobs, policy version, latency, status) is committed
@@ -46,6 +48,7 @@ from appliance.serving.process import ENGINE_KEEPALIVE_S
 from appliance.store import Store
 
 ENGINE_PATHS = {CHAT: "/v1/chat/completions", COMPLETION: "/v1/completions"}
+COUNT = "count"  # a row's status for a token count (`count`): the engine tokenized a prompt and sampled nothing
 
 
 class RelayResponse(StreamingResponse):
@@ -207,6 +210,38 @@ class Proxy:
                 await self.unrecordable(rollout_id, sent, started, data, e)
             await self.commit(self.call_row(rollout_id, sent, started, response=data, tokens=tokens))
             return data
+        finally:
+            self.leave()
+
+    async def count(self, rollout_id: str, chat: dict[str, Any]) -> int:
+        """The prompt's token count by the engine's own tokenizer (`/tokenize`, with the template and tools
+        the call would use), recorded as a `count` row: its prompt ids and no completion. Nothing was
+        sampled, so it never enters a training sample (the tree reads `ok` rows only)."""
+        started = time.perf_counter()
+        sent = {"model": self.engine.model_name(), "messages": chat.get("messages") or [],
+                "add_generation_prompt": True, **({"tools": chat["tools"]} if chat.get("tools") else {})}
+        self.admit()
+        try:
+            try:
+                async with self.client.post("/tokenize", json=sent) as r:
+                    status, raw = r.status, await r.read()
+            except ENGINE_ERRORS as e:
+                await self.commit(self.call_row(rollout_id, sent, started, status="error",
+                                                error=f"engine unreachable: {e!r}"))
+                raise Refusal(502, f"the engine failed: {e!r}", "engine_error") from None
+            if status != 200:
+                text = raw.decode(errors="replace")
+                await self.commit(self.call_row(rollout_id, sent, started, status="error",
+                                                error=f"engine answered {status}: {text[:2000]}"))
+                raise _engine_refusal(status, text)
+            tokens = Tokens()
+            try:
+                tokens.prompt = [int(i) for i in json.loads(raw)["tokens"]]
+            except (ValueError, KeyError, TypeError) as e:
+                await self.unrecordable(rollout_id, sent, started, None, e)
+            await self.commit(self.call_row(rollout_id, sent, started, status=COUNT,
+                                            response={"input_tokens": len(tokens.prompt)}, tokens=tokens))
+            return len(tokens.prompt)
         finally:
             self.leave()
 

@@ -21,6 +21,7 @@ from appliance.config import Settings
 from appliance.errors import ApplianceError
 from appliance.proxy.anthropic import AnthropicDialect
 from appliance.proxy.app import Proxy, ServingEngine
+from appliance.proxy.responses import ResponsesDialect
 from appliance.store import Store
 
 # A harness's SDK sends well under 2 KiB of headers in about a dozen; what is past these is an attack.
@@ -88,6 +89,7 @@ class CappedHttp(HttpToolsProtocol):
 def create_app(store: Store, engine: ServingEngine, settings: Settings) -> Starlette:
     proxy = Proxy(store, engine, settings)
     anthropic = AnthropicDialect(proxy)
+    responses = ResponsesDialect(proxy)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -99,6 +101,8 @@ def create_app(store: Store, engine: ServingEngine, settings: Settings) -> Starl
         Route("/r/{token}/v1/completions", proxy.completions, methods=["POST"]),
         Route("/r/{token}/v1/models", proxy.models, methods=["GET"]),
         Route("/r/{token}/v1/messages", anthropic.messages, methods=["POST"]),
+        Route("/r/{token}/v1/messages/count_tokens", anthropic.count_tokens, methods=["POST"]),
+        Route("/r/{token}/v1/responses", responses.responses, methods=["POST"]),
     ])
     app.state.proxy = proxy
     return app
