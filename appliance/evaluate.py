@@ -11,15 +11,20 @@ Budget: evaluation may take `evaluation.budget_share` of an iteration. At iterat
 iteration is what ran before EVALUATE (now - the iteration's start), so evaluation may take share / (1 -
 share) of that; the cost of one rollout is measured on the previous evaluation. Tasks are taken in a fixed
 order that spreads over families and levels, so a smaller budget evaluates a prefix of the same list, never
-a different sample. The baseline (iteration 0) evaluates every held-out task: it is what all later
-iterations are compared with. Infra errors are no evidence: they count in neither n nor passed.
+a different sample. The baseline (iteration 0) evaluates the prefix of `evaluation.baseline_tasks` (0: every
+held-out task): one task per family and level by default, with the same k, rollout code and sampling as every
+later point, so the comparison stays honest while the first trained point comes sooner (the base model's
+rollouts are nearly all cut at the turn limit: the whole set cost most of a newcomer's first hour). Infra
+errors are no evidence: they count in neither n nor passed.
 
 The transfer dev set (`appliance.tasks.devset`, split `dev`) is measured the same way, after the held-out
 set, with the same k, rollout code and interval, per category (`evaluate_devset`). Its results live in
 metrics (`dev_*`), not in `evals`, so every reader of the held-out cells stays held-out only. Budget: the
-baseline evaluates the whole dev set; later iterations give it what the held-out set left of the same
-allowance (share / (1 - share) of the time before EVALUATE), all of it when that fits, else a prefix of
-`spread(...)` (balanced over category and difficulty) of at least `evaluation.devset_min_tasks`.
+baseline evaluates the prefix of max(`evaluation.baseline_devset_tasks`, `devset_min_tasks`) of `spread(...)`
+(0: all of it), so the dev set does not hold back the first training step; later iterations give it what the
+held-out set left of the same allowance (share / (1 - share) of the time before EVALUATE), all of it when that
+fits, else a prefix of `spread(...)` (balanced over category and difficulty) of at least
+`evaluation.devset_min_tasks`.
 """
 
 from __future__ import annotations
@@ -136,6 +141,8 @@ def evaluate_heldout(store: Store, settings: Settings, run_id: str, iteration: i
         elapsed = max(0.0, clock() - started)
         cost = rollout_cost_s(_eval_rollouts(store, run_id, iteration - 1))
     chosen = budget_tasks(tasks, settings, elapsed_s=elapsed, cost_s=cost)
+    if iteration == 0:
+        chosen = baseline_prefix(chosen, settings.evaluation.baseline_tasks)
     cells = _sample(store, run_id, iteration, policy_version, chosen, k, harness, run_pending, new_rollout)
     for (family, level), (n, passed) in cells.items():
         store.set_eval(run_id, iteration, policy_version, family, level, n, passed)
@@ -145,6 +152,11 @@ def evaluate_heldout(store: Store, settings: Settings, run_id: str, iteration: i
                                           "heldout_high": result.high, "heldout_tasks": float(len(chosen)),
                                           "heldout_k": float(k)})
     return result
+
+
+def baseline_prefix(ordered: list[Task], size: int) -> list[Task]:
+    """The baseline's part of a `spread` order: its first `size` tasks (0: all of them)."""
+    return ordered[:size] if size > 0 else ordered
 
 
 def _eval_rollouts(store: Store, run_id: str, iteration: int, task_ids: set[str] | None = None) -> list[Rollout]:
@@ -233,6 +245,10 @@ def evaluate_devset(store: Store, settings: Settings, run_id: str, iteration: in
         allowed = before * share / (1 - share) - spent if share < 1 else None
         cost = rollout_cost_s(_eval_rollouts(store, run_id, iteration - 1))
     chosen = devset_budget(tasks, settings, allowed_s=allowed, cost_s=cost)
+    if iteration == 0:
+        ev = settings.evaluation
+        chosen = baseline_prefix(chosen, ev.baseline_devset_tasks and max(ev.baseline_devset_tasks,
+                                                                         ev.devset_min_tasks))
     cells = _sample(store, run_id, iteration, policy_version, chosen, k, harness, run_pending, new_rollout)
     rows = [{"category": category(f), "n": n, "passed": p} for (f, _), (n, p) in cells.items()]
     result = pass_at_1(rows, k=k, tasks=len(chosen), key="category")

@@ -104,6 +104,7 @@ def test_the_dev_set_is_evaluated_whole_at_baseline_per_category(settings: Setti
 
     store.create_run("r", {})
     store.start_iteration("r", 0, 0)
+    settings.evaluation.baseline_devset_tasks = 0  # the whole set at the baseline (by default its prefix: below)
     ran: list[str] = []
     result = evaluate_devset(store, settings, "r", 0, 0, harness="builtin", run_pending=_runner(store, ran),
                              new_rollout=new_rollout, validate=_validate_all(store))
@@ -135,6 +136,7 @@ def test_a_run_measures_the_dev_set_batch_it_was_started_with(settings: Settings
     store.create_run("r", {})
     store.start_iteration("r", 0, 0)
     settings.evaluation.devset_batch = "second"
+    settings.evaluation.baseline_devset_tasks = 0  # all of it
     ran: list[str] = []
     result = evaluate_devset(store, settings, "r", 0, 0, harness="builtin", run_pending=_runner(store, ran),
                              new_rollout=new_rollout, validate=_validate_all(store))
@@ -231,8 +233,9 @@ def test_after_the_baseline_the_dev_set_gets_what_the_held_out_set_left(settings
     run = _runner(store, [])
     args = {"harness": "builtin", "run_pending": run, "new_rollout": new_rollout}
     evaluate_heldout(store, settings, "r", 0, 0, **args)
+    settings.evaluation.baseline_devset_tasks = 0
     base = evaluate_devset(store, settings, "r", 0, 0, validate=_validate_all(store), **args)
-    assert base is not None and base.tasks == 66  # the baseline: all of it
+    assert base is not None and base.tasks == 66  # the baseline: all of it, by setting
 
     def timed(iteration: int, start: float, seconds_each: float) -> None:  # rollouts' wall times, as measured
         with store.write() as c:
@@ -251,3 +254,59 @@ def test_after_the_baseline_the_dev_set_gets_what_the_held_out_set_left(settings
     assert dev is not None and dev.tasks == (1000 - 240) // 20  # what was left: 38 tasks x 2 x 10 s
     again = evaluate_devset(store, settings, "r", 1, 0, validate=_validate_all(store), clock=lambda: t0 + 400, **args)
     assert again is not None and again.tasks == settings.evaluation.devset_min_tasks  # nothing left: the floor
+
+
+def test_the_baseline_evaluates_one_task_per_family_and_level_then_the_same_prefix_grows(
+        settings: Settings, store: Store) -> None:
+    """Issue 49: the base model's whole held-out set (180 rollouts, nearly all cut at the turn limit) held back
+    the first training step; the baseline is the balanced prefix every later point also cuts from."""
+    from appliance.tasks.families import FAMILIES
+    from appliance.tasks.heldout import heldout_tasks
+
+    store.create_run("r", {})
+    store.start_iteration("r", 0, 0)
+    lp = settings.loop
+    for spec in heldout_tasks(list(FAMILIES), lp.heldout_levels, lp.heldout_per_cell, seed_base="r"):
+        store.add_task(spec.task_row("r", Split.HELDOUT))
+    tasks = store.tasks("r", split=Split.HELDOUT)
+    _validate_all(store)(tasks)
+    cells = {(t.family, t.difficulty) for t in tasks}
+    assert len(tasks) == 2 * len(cells)  # the default set: two per family and level
+    ran: list[str] = []
+    base = evaluate_heldout(store, settings, "r", 0, 0, harness="builtin", run_pending=_runner(store, ran),
+                            new_rollout=new_rollout)
+    k = settings.evaluation.samples_per_task
+    assert base.tasks == len(cells)  # was every held-out task (90)
+    assert settings.evaluation.baseline_tasks == len(cells)
+    assert len(ran) == base.n == len(cells) * k  # the same k as every later point
+    evaluated = {r.task_id for r in store.rollouts("r", iteration=0, purpose="eval")}
+    first = spread(store.tasks("r", split=Split.HELDOUT, status=TaskStatus.VALID))[:len(cells)]
+    assert evaluated == {t.id for t in first}  # the prefix of the one order every budget cuts from
+    assert {(t.family, t.difficulty) for t in first} == cells  # one task of every family and level
+    settings.evaluation.baseline_tasks = 0  # the whole set, by setting (as before)
+    later = evaluate_heldout(store, settings, "r", 0, 0, harness="builtin", run_pending=_runner(store, ran),
+                             new_rollout=new_rollout)
+    assert later.tasks == len(tasks) and len(ran) == len(tasks) * k  # the rest drawn, the prefix not run twice
+
+
+def test_the_dev_set_baseline_is_its_balanced_prefix_unless_every_point_is_whole(
+        settings: Settings, store: Store) -> None:
+    """Issue 49: the whole dev set at the baseline (132 rollouts) held back the first training step."""
+    from appliance.tasks.devset import category
+
+    store.create_run("r", {})
+    store.start_iteration("r", 0, 0)
+    ran: list[str] = []
+    args = {"harness": "builtin", "run_pending": _runner(store, ran), "new_rollout": new_rollout,
+            "validate": _validate_all(store)}
+    base = evaluate_devset(store, settings, "r", 0, 0, **args)
+    ev = settings.evaluation
+    assert base is not None and base.tasks == 10  # was the whole set: 66
+    assert ev.baseline_devset_tasks == 10
+    assert len(ran) == base.n == 10 * ev.samples_per_task
+    dev = store.tasks("r", split=Split.DEV, status=TaskStatus.VALID)
+    assert {r.task_id for r in store.rollouts("r", iteration=0, purpose="eval")} == {t.id for t in spread(dev)[:10]}
+    assert len({category(t.family) for t in spread(dev)[:10]}) >= 4  # balanced over the categories
+    ev.devset_min_tasks = 1000  # the learning bench's "the whole dev set at every point": the baseline too
+    whole = evaluate_devset(store, settings, "r", 0, 0, **args)
+    assert whole is not None and whole.tasks == len(dev)

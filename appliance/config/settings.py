@@ -233,6 +233,12 @@ class EvaluationSettings(Section):
         0.33, gt=0, le=1, description="Evaluation's share of an iteration's wall time: held-out tasks are cut (evenly "
         "over families and levels) so the measured rollout time stays under this share of the last iteration.")
     min_tasks: int = Field(8, ge=1, description="Held-out tasks evaluated at least, whatever the budget says.")
+    baseline_tasks: int = Field(
+        45, ge=0, description="Held-out tasks the baseline (iteration 0) evaluates: the balanced prefix every later "
+        "point's budget also cuts from (45 = one per family and level of the default set), so the first trained "
+        "point comes that much sooner; 0 = every held-out task (issue 49: the base model's whole held-out and dev "
+        "sets, 312 rollouts nearly all cut at the turn limit, took 58 minutes on 2 cores before the first training "
+        "step).")
     devset: bool = Field(
         True, description="Also evaluate the transfer dev set (appliance/tasks/devset: everyday tasks written "
         "independently of the families, never trained on) with the same k and interval, for choosing recipes.")
@@ -242,7 +248,11 @@ class EvaluationSettings(Section):
         "never read for the families). A run keeps the batch it started with.")
     devset_min_tasks: int = Field(
         10, ge=0, description="Dev tasks evaluated at least (round-robin over its categories) when the budget left "
-        "after the held-out set does not fit the whole dev set; the baseline always evaluates all of it.")
+        "after the held-out set does not fit the whole dev set.")
+    baseline_devset_tasks: int = Field(
+        10, ge=0, description="Dev tasks the baseline (iteration 0) evaluates, at least devset_min_tasks, a prefix of "
+        "the same balanced order as every later point's: the whole dev set there (132 rollouts) held back the first "
+        "training step; 0 = all of it.")
     after_warmstart: bool = Field(
         True, description="Evaluate the policy the warm-start SFT alone trained (iteration 1 under "
         "loop.warmstart_first). Off: that EVALUATE is skipped and its minutes go to practice and training; the next "
