@@ -119,6 +119,13 @@ test_a_deep_tree_makes_a_bounded_tampering_record, test_validate.py |
 scores 0 (`tasks.verify.score_of`); one that silences its validation (stops its launcher, the shell, \
 everything it may signal) is rejected once, never infra | test_a_self_proposed_verifier_pays_no_partial_credit, \
 test_silenced_validation.py |
+  | a Harbor task's reward forged by the agent: a reward file written during the episode (read-only), a \
+process left behind that rewrites it after the tests, a module planted in the workdir that the tests' child \
+imports | the tests run in the verdict's own sandbox from the \
+task's image (never the agent's, as Harbor does), the tests unpacked from the verifier's own source only \
+then, into a /tests and a fresh /logs the judge owns; planted modules, sitecustomize and conftest.py \
+removed (`tasks.harbor`, docs/TASKS.md "Harbor and Terminal-Bench 1 tasks") | \
+tests/tasks/test_harbor_sandbox.py::test_a_hostile_agent_raises_no_harbor_reward |
   Code the verifier runs can make it fail, never pass.
 - fork bombs (`--pids-limit`), memory bombs (`--memory` = `--memory-swap`), CPU (`--cpus`), runaway
   commands (`timeout -s KILL` inside, per command), runaway sandboxes (`--timeout` lifetime: podman kills
@@ -132,8 +139,9 @@ Not protected:
   may kill or stop it, or chmod and rewrite the judge's workspace; code it runs as the agent may write
   where the agent's uid may (/tmp) and print anything; a verifier that trusts such a file or text decides
   by its own logic; so does one that trusts the exit status of the agent's code (an exit passes it; the
-  families judge values instead). The host's driving shell is the agent's uid: code under test can kill
-  it (the sandbox is then discarded, never judged by it).
+  families judge values instead); a Harbor task's tests run the agent's code in their own process as
+  the judge, as Harbor does, so that code may write the reward file itself. The host's driving shell is
+  the agent's uid: code under test can kill it (the sandbox is then discarded, never judged by it).
 - covert channels: a verifier can still tell a reused validation sandbox from a new one by PID numbers,
   uptime or timing, and behave differently; a strict-in-validation, lenient-in-rollouts verifier is
   limited to what it can infer this way (setup's markers and processes are gone). Timing channels
