@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -148,10 +149,18 @@ def arm_env(home: Path, sets: dict[str, str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
     env.update({"PYTHONPATH": str(REPO), "APPLIANCE_HOME": str(home), "APPLIANCE_PROFILE": "cpu",
                 "APPLIANCE_ENGINE__MODEL": str(load_settings().model_path),
+                # free ports: another appliance on this machine (a run of someone else's) may hold the defaults
+                "APPLIANCE_ENGINE__PORT": str(free_port()), "APPLIANCE_PROXY__PORT": "0",
                 "APPLIANCE_PODMAN__ADDITIONAL_IMAGE_STORES": json.dumps([str(load_settings().podman_graphroot)])})
     for key, value in sets.items():
         env["APPLIANCE_" + key.upper().replace(".", "__")] = value
     return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def run_arm(home: Path, sets: dict[str, str], minutes: float, iterations: int) -> float:
