@@ -65,7 +65,8 @@ ROOMS = [
                           "inside a sandbox pointed at the proxy"),
     Room(6, ("tasks",), "task format, procedural families, self-proposal, validation and admission, the pool's "
                         "rules (near-duplicates, learnable band), difficulty controller, held-out set, the transfer "
-                        "dev set (data)"),
+                        "dev set (data); Harbor and Terminal-Bench 1 directories read as they are, their "
+                        "Dockerfiles built as task environments"),
     Room(6, ("agent_habits",), "the agent's habits in practice from the recorded calls (commands per episode, "
                                "episodes that only looked, DONE right after a failed command)"),
     Room(7, ("training",), "TRL glue: GRPO and PPO (turn-level credit) over appliance rollouts, SFT, LoRA, "
@@ -91,6 +92,9 @@ ROOMS = [
     Room(8, ("report_html",), "the capability report as one self-contained HTML page for copying off the server: "
                               "the held-out curve with its intervals per family and level and the training metrics "
                               "as inline SVG, the report's tables; every stored string escaped"),
+    Room(8, ("benchmark",), "`appliance eval`: a task set the user brought measured at the served policy "
+                            "version through practice's rollouts, pass@1 with its interval as `evaluate` defines it, "
+                            "stored apart from every run"),
     Room(8, ("phases",), "the loop's phases, one module each (synthesize, validate, practise, train, evaluate, "
                          "diagnose), each a function over a declared `PhaseContext`, in `PHASE_TABLE`"),
     Room(9, ("loop",), "the reconciler: `Loop.tick` runs the current iteration's next phase through the phase "

@@ -15,6 +15,7 @@ migration, backup):
     results         checkpoints, held-out evaluation cells, reports
     lineage         the engine row, lineages and policy versions
     demonstrations  SFT demonstrations
+    evalsets        evaluations of the user's task sets (`appliance eval`)
 
 A concern's SQL lives in its module only; a concern never calls another's methods (the event a state move
 writes goes through `events.insert_event` inside the mover's transaction).
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 from appliance.store.db import BUSY_TIMEOUT_MS, Database
 from appliance.store.demonstrations import DemonstrationRecords
+from appliance.store.evalsets import EvalSets
 from appliance.store.events import EventLog
 from appliance.store.lineage import LineageRecords
 from appliance.store.records import pack_floats, pack_ints, unpack_floats, unpack_ints
@@ -37,7 +39,7 @@ __all__ = ["BUSY_TIMEOUT_MS", "Store", "migrations", "pack_floats", "pack_ints",
 
 
 class Store(RunRecords, TaskPool, RolloutRecords, EventLog, Results, LineageRecords, DemonstrationRecords,
-            Database):
+            EvalSets, Database):
     """Typed reads and writes over the appliance's SQLite file; safe to share between threads."""
 
     def counts(self) -> dict[str, int]:

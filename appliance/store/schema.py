@@ -256,3 +256,16 @@ def m013_loop_heartbeat(db: sqlite_utils.Database) -> None:
             started_at REAL NOT NULL, beat_at REAL NOT NULL, progress TEXT);
         """
     )
+
+
+@migrations()
+def m014_eval_sets(db: sqlite_utils.Database) -> None:
+    # `appliance eval` on a set of the user's tasks (issue 53): one row per evaluation; its rollouts are rows
+    # of `rollouts` without a run (purpose 'eval', group_id = this id), out of every run's reach.
+    db.executescript(
+        """
+        CREATE TABLE eval_sets (
+            id TEXT PRIMARY KEY, paths TEXT NOT NULL, policy_version INTEGER NOT NULL, harness TEXT NOT NULL,
+            k INTEGER NOT NULL, summary TEXT NOT NULL, created_at REAL NOT NULL);
+        """
+    )

@@ -29,7 +29,7 @@ from pathlib import Path, PurePosixPath
 
 from appliance.config import Settings
 from appliance.errors import TaskFormatError
-from appliance.sandbox import build_image, image_exists
+from appliance.sandbox import build_image, image_exists, image_ref
 from appliance.sandbox.podman import podman_env, write_podman_config
 from appliance.tasks.harbor import APP_COPY, STAGE, Foreign, _files
 
@@ -121,8 +121,7 @@ def _failed_marker(settings: Settings, tag: str) -> Path:
 
 def build_environment(settings: Settings, task: Foreign, log: Callable[[str], None] = print) -> Environment:
     """The task's image, built once per content; a build that fails refuses the task (`TaskFormatError`)."""
-    base_ref = build_image(settings, log)
-    text, workdir, base = derive(task, base_ref)
+    text, workdir, base = derive(task, image_ref(settings))  # refused before anything is built
     context = _files(task.context, task.path) if task.context is not None else {}
     h = hashlib.sha256(text.encode())
     for rel, data in sorted(context.items()):
@@ -134,9 +133,10 @@ def build_environment(settings: Settings, task: Foreign, log: Callable[[str], No
     if failed.exists():
         raise TaskFormatError(f"{task.id}: its environment did not build: {failed.read_text()}",
                               "fix the Dockerfile (the build has no network), then import again")
+    write_podman_config(settings)
     if image_exists(settings, ref):
         return Environment(ref, workdir, notes)
-    write_podman_config(settings)
+    build_image(settings, log)  # the sandbox image it derives from (a no-op when built)
     log(f"building the environment of {task.id} ({ref})")
     with tempfile.TemporaryDirectory(prefix="task-env-") as tmp:
         ctx = Path(tmp) / "context"
