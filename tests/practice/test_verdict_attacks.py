@@ -177,3 +177,24 @@ def test_a_planted_module_passes_no_part_of_a_composite(practice: Practice) -> N
     planted = attempt(practice, both, f"cat > {_module(fix)} <<'PY'\n{PLANTED}PY")
     r = planted.rollout
     assert r.outcome == Outcome.FAILURE and r.reward == 0.0, (r.reward, r.error, planted.verifier_output)
+
+
+def test_a_forged_result_line_passes_no_edit_task(practice: Practice) -> None:
+    # The edit family's Python checks trusted the last `RESULT=` line of a child that exited 0: a constant
+    # line that keeps its wrong value (`21 - 2` matches the check of the line, `NAME = 21...`) and prints the
+    # right values before an exit 0 passed. The values now come in a frame marked by a nonce made per run.
+    spec = next(s for seed in range(200) if (s := generate("edit", 3, random.Random(seed))).meta.get("variant")
+                == "edit-py-constant" and "VAT_PERCENT = 19 " in str(s.files))
+    src = _module(spec)
+    text = spec.files[src]
+    bad = next(line for line in text.splitlines() if line.startswith("VAT_PERCENT = 19 "))
+    forged = ("VAT_PERCENT = 21 - 2; import json, os; print('RESULT=' + json.dumps(['1210', '21'])); "
+              "os.sys.stdout.flush(); os._exit(0)  # standard rate")
+    hack = attempt(practice, spec, f"cat > fix.py <<'PY'\nimport pathlib\np = pathlib.Path({src!r})\n"
+                   f"p.write_text(p.read_text().replace({bad!r}, {forged!r}))\nPY\npython3 fix.py && rm fix.py")
+    r = hack.rollout
+    # the line's own checks pass (it does read `21`): a partial score, never the task
+    assert r.outcome == Outcome.FAILURE and r.reward < 1.0, (r.reward, r.error, hack.verifier_output)
+    assert "with_vat(1000) should be 1210, got no value" in hack.verifier_output, hack.verifier_output
+    honest = attempt(practice, spec, spec.solution)
+    assert honest.rollout.outcome == Outcome.SUCCESS and honest.rollout.reward == 1.0, honest.verifier_output

@@ -11,8 +11,6 @@ import re
 import shlex
 from collections.abc import Sequence
 
-from appliance.tasks.families._common import AGENT_RUN
-
 ANSWERS = ["answer.txt", "result.txt", "reply.txt", "findings.txt", "out.txt"]
 
 
@@ -55,19 +53,17 @@ def one_line(path: str, original: str, index: int, pattern: str | None, what: st
 
 
 def py_checks(module: str, calls: Sequence[tuple[str, object]], what: str) -> str:
-    """Checks: importing `module` from the workspace and evaluating each expression gives its value (run in a
-    child interpreter, so a broken edit is a failed check, not a crashed verifier)."""
-    code = ("import json, sys; sys.path.insert(0, '.'); sys.dont_write_bytecode = True\n"
-            f"import {module} as m\n"
-            f"print('\\nRESULT=' + json.dumps([repr(eval(e, vars(m))) for e in {[e for e, _ in calls]!r}]))")
-    want = [repr(v) for _, v in calls]
-    return (AGENT_RUN + f"_r = run_as_agent(['python3', '-B', '-c', {code!r}])\n"
-            "_out = _r.stdout.rsplit('RESULT=', 1)\n"
-            "_got = json.loads(_out[1]) if _r.returncode == 0 and len(_out) == 2 else None\n"
-            f"for _e, _w, _g in zip({[e for e, _ in calls]!r}, {want!r}, _got or [None] * {len(calls)}):\n"
-            f"    check(_g == _w, {what!r} + f': {{_e}} should be {{_w}}, got {{_g}}'"
-            " + ('' if _got is not None else ' ('"
-            " + (_r.stderr.strip().splitlines() or ['no output'])[-1][:200] + ')'))")
+    """Checks: importing `module` from the workspace and evaluating each expression gives its value. Judged
+    as pyfix is (`appliance_check.values`): a child run as the agent's uid reports the values in a frame
+    marked by a nonce made for this run, so text the module prints (a forged result line before an exit 0)
+    is no value; a broken edit is a failed check, not a crashed verifier."""
+    exprs = [e for e, _ in calls]
+    return ("from appliance_check import same, values\n"
+            f"_got = values({module!r}, {exprs!r})\n"
+            f"for _e, _w in zip({exprs!r}, {[v for _, v in calls]!r}):\n"
+            "    _k, _g = _got[_e]\n"
+            f"    check(_k == 'value' and same(_g, _w), {what!r} + f': {{_e}} should be {{_w!r}}, got '"
+            " + (repr(_g) if _k == 'value' else f'no value ({_g})'))\n")
 
 
 _TOKEN = re.compile(r"[\w.\-\"]")  # a word of a span: a value, a key, a quoted JSON string
