@@ -65,10 +65,11 @@ nothing: the sandbox is removed, the workspace copied out sanitized |
   (tests/practice/test_verdict_attacks.py unless named):
   | attack | what stops it | test |
   | --- | --- | --- |
-  | exit 0 from the code under test (`os._exit(0)` in a pyfix module) | the families judge the values a \
-child printed in a frame marked by a per-run nonce (`appliance_check` in the image), never the exit \
-status of a process that imported the agent's code; the expectations stay in the verifier | \
-test_exiting_0_from_the_code_under_test_passes_no_pyfix_task |
+  | exit 0 from the code under test (`os._exit(0)` in a pyfix module), or a result line printed before \
+it (an edit task's module) | the families judge the values a child printed in a frame marked by a per-run \
+nonce (`appliance_check` in the image), never the exit status of a process that imported the agent's \
+code nor text it printed; the expectations stay in the verifier | \
+test_exiting_0_from_the_code_under_test_passes_no_pyfix_task, test_a_forged_result_line_passes_no_edit_task |
   | read the verifier's source (/proc/PID/cmdline, environ) | the source is a sealed memfd on fd 4, read \
 and closed by the interpreter's bootstrap before anything runs; composite parts get theirs on a pipe | \
 test_the_code_under_test_cannot_read_the_verifiers_source |
