@@ -38,5 +38,8 @@ def initialise(settings: Settings, *, model: bool = True, image: bool = True, ha
     if image and harnesses:
         from appliance.harness.external import harness_image
 
-        for name in settings.harnesses:
-            log(f"harness {name}: image {harness_image(settings, name, log)}")
+        for name, spec in settings.harnesses.items():
+            if spec.at_init:
+                log(f"harness {name}: image {harness_image(settings, name, log)}")
+            else:
+                log(f"harness {name}: built at its first rollout (harnesses.{name}.at_init is off)")

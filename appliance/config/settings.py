@@ -108,6 +108,13 @@ class ProxySettings(Section):
     max_concurrency_per_rollout: int = Field(4, ge=1, description="Model calls in flight per rollout.")
     retry_after_s: int = Field(5, ge=1, description="Retry-After seconds sent with 503 while the engine is not "
                                "serving.")
+    side_models: list[str] = Field(
+        ["side"], description="Model names a harness sends for its side calls (a title, a summary: its 'small "
+        "model'; the recipes name it `side`): such a call is recorded with status `side`, its own row beside the "
+        "policy's working turns, and not trained unless train_side_calls.")
+    train_side_calls: bool = Field(
+        False, description="Train side calls too (recorded as ordinary `ok` calls: the tree gives each its own "
+        "branch, since it shares no history with the working turns). Off: they are recorded, never trained.")
 
     @field_validator("port")
     @classmethod
@@ -268,6 +275,9 @@ class ExternalHarnessSettings(Section):
                                "harness.command_timeout_s).")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment (same placeholders).")
     timeout_s: float = Field(900.0, gt=0, description="Wall time of one episode of this harness.")
+    at_init: bool = Field(True, description="Build this harness's image at `appliance init`; off: at its first "
+                          "rollout (a harness most runs never use, or one whose packages the machine cannot fetch at "
+                          "init, such as npm ones inside the product container, which has no npm).")
     answer: str = Field("", description="Where the harness leaves the final answer it submits with (a question "
                         "task's answer): `PATH:dotted.key` of a JSON file inside the sandbox, `PATH` of a text file, "
                         "or empty when it leaves none.")
@@ -286,7 +296,27 @@ def default_harnesses() -> dict[str, ExternalHarnessSettings]:
             env={"OPENAI_API_KEY": "{api_key}", "OPENAI_BASE_URL": "{openai_base_url}"},
             # what follows its submit command's first output line
             answer="/tmp/trajectory.json:info.submission",
-        )
+        ),
+        # OpenCode (npm opencode-ai): chat completions with tools through its openai-compatible provider; its
+        # title call names the small model `side` (a side call: proxy.side_models). `opencode run` prints the
+        # final answer alone on stdout (logs go to stderr), kept in a file for question tasks.
+        "opencode": ExternalHarnessSettings(
+            recipe="opencode",
+            command=["bash", "-o", "pipefail", "-c",
+                     '/opt/harness/bin/opencode run "$1" | tee /tmp/opencode-answer.txt', "opencode", "{instruction}"],
+            env={"OPENCODE_CONFIG_CONTENT": (
+                '{{"provider": {{"door": {{"npm": "@ai-sdk/openai-compatible", "name": "door", "options": '
+                '{{"baseURL": "{openai_base_url}", "apiKey": "{api_key}"}}, "models": {{"{model}": {{"name": '
+                '"{model}", "tool_call": true}}, "side": {{"name": "side"}}}}}}}}, "model": "door/{model}", '
+                '"small_model": "door/side", "autoupdate": false, "share": "disabled", '
+                '"agent": {{"build": {{"steps": {max_turns}}}}}}}'),
+                 "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1",
+                 "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+                 "OPENCODE_DISABLE_SHARE": "1", "OPENCODE_DISABLE_CLAUDE_CODE": "1",
+                 "OPENCODE_EXPERIMENTAL_BASH_DEFAULT_TIMEOUT_MS": "{command_timeout_s}000"},
+            answer="/tmp/opencode-answer.txt",
+            at_init=False,  # ~185 MB from npm, and the product container has no npm: built at its first rollout
+        ),
     }
 
 

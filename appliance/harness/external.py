@@ -1,8 +1,11 @@
 """Third-party harnesses, run unmodified inside the sandbox and pointed at the proxy.
 
-A harness is configured (`[harnesses.NAME]` in appliance.toml) as a recipe folder (Containerfile,
-requirements.txt, package.txt), a command line and an environment. Its Python packages are installed on
-the host with `pip --target` (the host and the sandbox image share the CPython minor version) and copied
+A harness is configured (`[harnesses.NAME]` in appliance.toml) as a recipe folder, a command line and an
+environment. A Python recipe (Containerfile, requirements.txt, package.txt) has its packages installed on
+the host with `pip --target` (the host and the sandbox image share the CPython minor version); an npm
+recipe (Containerfile, npm.txt: `package@version` lines) has its packages installed on the host with
+`npm install --ignore-scripts` (no package code runs on the host; the harnesses here ship their program
+as a platform package of the registry, which the Containerfile copies). Either way the layer is copied
 into an image derived from the sandbox image, so neither the image build nor the sandbox needs network.
 Inside the sandbox the harness sees ordinary OpenAI / Anthropic base URLs on 127.0.0.1 (the model door);
 the per-rollout secret token is part of the URL and doubles as the API key.
@@ -27,7 +30,8 @@ from appliance.errors import ConfigError, SetupError
 from appliance.sandbox import DOOR_PORT, Sandbox, build_image, image_exists, podman_env
 
 IMAGES_DIR = Path(__file__).parent / "images"
-RECIPE_FILES = ("Containerfile", "requirements.txt", "package.txt")
+PIP_FILES = ("Containerfile", "requirements.txt", "package.txt")
+NPM_FILES = ("Containerfile", "npm.txt")
 
 
 @dataclass(slots=True)
@@ -52,11 +56,16 @@ def harness_settings(settings: Settings, name: str) -> ExternalHarnessSettings:
 def recipe_dir(spec: ExternalHarnessSettings) -> Path:
     path = Path(spec.recipe)
     path = path if path.is_absolute() else IMAGES_DIR / path
-    missing = [f for f in RECIPE_FILES if not (path / f).exists()]
+    files = recipe_files(path)
+    missing = [f for f in files if not (path / f).exists()]
     if missing:
         raise ConfigError(f"harness recipe {path} lacks {', '.join(missing)}",
-                          f"a recipe folder holds {', '.join(RECIPE_FILES)}")
+                          f"a recipe folder holds {', '.join(PIP_FILES)} (Python) or {', '.join(NPM_FILES)} (npm)")
     return path
+
+
+def recipe_files(path: Path) -> tuple[str, ...]:
+    return NPM_FILES if (path / "npm.txt").exists() else PIP_FILES
 
 
 def harness_image(settings: Settings, name: str, log: Callable[[str], None] = print) -> str:
@@ -65,7 +74,7 @@ def harness_image(settings: Settings, name: str, log: Callable[[str], None] = pr
     recipe = recipe_dir(spec)
     base = build_image(settings, log)
     h = hashlib.sha256(base.encode())
-    for f in RECIPE_FILES:
+    for f in recipe_files(recipe):
         h.update((recipe / f).read_bytes())
     key = h.hexdigest()[:12]
     ref = f"appliance-harness-{name}:{key}"
@@ -77,16 +86,10 @@ def harness_image(settings: Settings, name: str, log: Callable[[str], None] = pr
         shutil.rmtree(layer, ignore_errors=True)
         site.mkdir(parents=True)
         log(f"installing {name} into {site}")
-        pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target", str(site)]
-        if settings.harness.wheelhouse is not None:  # the container's wheels: first start needs no network
-            pip += ["--no-index", "--find-links", str(settings.harness.wheelhouse)]
-        for args in (["-r", str(recipe / "requirements.txt")], ["--no-deps", "-r", str(recipe / "package.txt")]):
-            proc = subprocess.run(pip + args, capture_output=True, text=True)
-            if proc.returncode != 0:
-                where = (f"that {settings.harness.wheelhouse} holds its wheels" if settings.harness.wheelhouse
-                         else "that PyPI is reachable")
-                raise SetupError(f"pip could not install harness {name}: {proc.stderr.strip()[-1500:]}",
-                                 f"check {recipe}/requirements.txt and {where}")
+        if recipe_files(recipe) == NPM_FILES:
+            install_npm(name, recipe / "npm.txt", site)
+        else:
+            install_pip(settings, name, recipe, site)
         (layer / ".installed").write_text(key)
     shutil.copy(recipe / "Containerfile", layer / "Containerfile")
     log(f"building {ref} on {base}")
@@ -96,6 +99,36 @@ def harness_image(settings: Settings, name: str, log: Callable[[str], None] = pr
         raise SetupError(f"podman build of {ref} failed: {proc.stderr.strip()[-1500:]}",
                          "`appliance doctor` checks podman; fix it and run again")
     return ref
+
+
+def install_pip(settings: Settings, name: str, recipe: Path, site: Path) -> None:
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target", str(site)]
+    if settings.harness.wheelhouse is not None:  # the container's wheels: first start needs no network
+        pip += ["--no-index", "--find-links", str(settings.harness.wheelhouse)]
+    for args in (["-r", str(recipe / "requirements.txt")], ["--no-deps", "-r", str(recipe / "package.txt")]):
+        proc = subprocess.run(pip + args, capture_output=True, text=True)
+        if proc.returncode != 0:
+            where = (f"that {settings.harness.wheelhouse} holds its wheels" if settings.harness.wheelhouse
+                     else "that PyPI is reachable")
+            raise SetupError(f"pip could not install harness {name}: {proc.stderr.strip()[-1500:]}",
+                             f"check {recipe}/requirements.txt and {where}")
+
+
+def install_npm(name: str, listing: Path, site: Path) -> None:
+    """`npm install` of the listed packages into `site`, on the host. --ignore-scripts: a package's install
+    script would run its code here, and one that downloads its program from outside the registry could
+    not work offline anyway; the program comes from the platform package the registry holds."""
+    packages = [line.split("#")[0].strip() for line in listing.read_text().splitlines()]
+    packages = [p for p in packages if p]
+    npm = shutil.which("npm")
+    if npm is None:
+        raise SetupError(f"npm is needed on this machine to install harness {name}",
+                         "install it (Debian: apt-get install npm) and run `appliance init` again")
+    proc = subprocess.run([npm, "install", "--prefix", str(site), "--ignore-scripts", "--no-audit", "--no-fund",
+                           "--omit=dev", "--no-save", *packages], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SetupError(f"npm could not install harness {name}: {proc.stderr.strip()[-1500:]}",
+                         f"check {listing} and that the npm registry is reachable (npm config get registry)")
 
 
 def door_urls(token: str) -> dict[str, str]:

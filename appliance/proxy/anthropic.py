@@ -81,7 +81,7 @@ class AnthropicDialect:
                 message["model"] = body.get("model", message.get("model"))
                 return message
 
-            message = await self.proxy.complete(rollout_id, CHAT, chat, sent, shape)
+            message = await self.proxy.complete(rollout_id, CHAT, chat, sent, shape, self.proxy.side(body))
             if body.get("stream"):
                 return StreamingResponse(_events(message), media_type="text/event-stream")
             return JSONResponse(message)

@@ -11,6 +11,11 @@ it, prompt and completion token ids, per-token logprobs, policy version, latency
 before the response (for streams: before `[DONE]`) goes back. Fields the harness did not ask for are
 stripped, so SDKs see a normal response.
 
+Side calls: a call whose request names one of `proxy.side_models` (the recipes configure each harness's
+"small model", which it uses for titles and summaries, under that name) is recorded with status `side`:
+the same exact ids, its own row, never a working turn and not trained (`proxy.train_side_calls` records it
+as `ok` instead). A token count is a `count` row. The tree and the trainer read `ok` rows only.
+
 Refusals: unknown token 401, finished rollout 410, a request that would not come back as one exactly
 recordable sampled sequence 400 (checks.py), oversized body 413, a request head over 64 KiB or 100 headers
 431 (server.py, before any route), too many calls in flight for the
@@ -49,6 +54,7 @@ from appliance.store import Store
 
 ENGINE_PATHS = {CHAT: "/v1/chat/completions", COMPLETION: "/v1/completions"}
 COUNT = "count"  # a row's status for a token count (`count`): the engine tokenized a prompt and sampled nothing
+SIDE = "side"  # a row's status for a side call (proxy.side_models): sampled, recorded, not a working turn
 
 
 class RelayResponse(StreamingResponse):
@@ -138,10 +144,16 @@ class Proxy:
         self.engine.release()
 
     # --- recording ------------------------------------------------------------------------------
+    def side(self, body: dict[str, Any]) -> bool:
+        """Is this a side call the harness marked by its model name (and not to be trained)? See
+        proxy.side_models: the harness, not the proxy, knows a title call from a turn."""
+        return not self.limits.train_side_calls and body.get("model") in self.limits.side_models
+
     def call_row(self, rollout_id: str, request: dict[str, Any], started: float, *, status: str = "ok",
                  response: dict[str, Any] | None = None, error: str | None = None,
-                 tokens: Tokens | None = None) -> ModelCall:
+                 tokens: Tokens | None = None, side: bool = False) -> ModelCall:
         tokens = tokens or Tokens()
+        status = SIDE if side and status == "ok" else status
         # the engine (--generation-config vllm) samples at 1.0 when the request names no temperature
         temperature = request.get("temperature")
         return ModelCall(None, rollout_id, -1, status, request, response, tokens.prompt, tokens.completion,
@@ -174,7 +186,8 @@ class Proxy:
         return out
 
     async def complete(self, rollout_id: str, kind: str, body: dict[str, Any], sent: dict[str, Any],
-                       shape: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any]:
+                       shape: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+                       side: bool = False) -> dict[str, Any]:
         """One non-streaming engine call, recorded; returns what the harness gets (after `shape`)."""
         started = time.perf_counter()
         self.admit()
@@ -208,7 +221,7 @@ class Proxy:
                 raise
             except Exception as e:  # noqa: BLE001 - whatever the engine sent, the call that reached it is a row
                 await self.unrecordable(rollout_id, sent, started, data, e)
-            await self.commit(self.call_row(rollout_id, sent, started, response=data, tokens=tokens))
+            await self.commit(self.call_row(rollout_id, sent, started, response=data, tokens=tokens, side=side))
             return data
         finally:
             self.leave()
@@ -270,7 +283,8 @@ class Proxy:
             raise Refusal(500, f"the proxy could not record this call in the store: {type(e).__name__}: {e}",
                           "internal_error") from None
 
-    async def stream(self, rollout_id: str, kind: str, body: dict[str, Any], sent: dict[str, Any]) -> Response:
+    async def stream(self, rollout_id: str, kind: str, body: dict[str, Any], sent: dict[str, Any],
+                     side: bool = False) -> Response:
         """A streamed engine call; the response's relay owns the rollout's slot from here on."""
         started = time.perf_counter()
         self.admit()
@@ -288,11 +302,11 @@ class Proxy:
             await self.commit(self.call_row(rollout_id, sent, started, status="error",
                                             error=f"engine answered {upstream.status}: {text[:2000]}"))
             raise _engine_refusal(upstream.status, text)
-        return RelayResponse(self._relay(rollout_id, kind, body, sent, started, upstream),
+        return RelayResponse(self._relay(rollout_id, kind, body, sent, started, upstream, side),
                              media_type="text/event-stream")
 
     async def _relay(self, rollout_id: str, kind: str, body: dict[str, Any], sent: dict[str, Any], started: float,
-                     upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+                     upstream: aiohttp.ClientResponse, side: bool) -> AsyncIterator[bytes]:
         tokens, recorded = Tokens(), False
         chunks: list[dict[str, Any]] = []
         try:
@@ -314,7 +328,7 @@ class Proxy:
                                 raise EngineAborted(ABORTED)
                             recorded = True  # set first: a cancel during the write must not add a second row
                             await self.record(self.call_row(rollout_id, sent, started, response=merged(chunks),
-                                                            tokens=tokens))
+                                                            tokens=tokens, side=side))
                             out.append(b"data: [DONE]\n\n")
                             continue
                         chunk = json.loads(payload)
@@ -363,11 +377,12 @@ class Proxy:
             slot = True
             body = await self.body_of(request)
             sent = self.engine_body(body, kind)
+            side = self.side(body)
             if body.get("stream"):
-                response = await self.stream(rollout_id, kind, body, sent)
+                response = await self.stream(rollout_id, kind, body, sent, side)
                 slot = False  # the relay frees it when the stream ends
                 return response
-            return JSONResponse(await self.complete(rollout_id, kind, body, sent))
+            return JSONResponse(await self.complete(rollout_id, kind, body, sent, side=side))
         except Refusal as r:
             if r.record and rollout_id is not None:
                 r = await self.refusal_row(r, rollout_id, body, started)

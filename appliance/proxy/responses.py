@@ -168,7 +168,7 @@ class ResponsesDialect:
             chat, custom = to_chat(body)
             sent = self.proxy.engine_body(chat, CHAT)
             answer = await self.proxy.complete(rollout_id, CHAT, chat, sent,
-                                               lambda data: from_chat(data, body or {}, custom))
+                                               lambda data: from_chat(data, body or {}, custom), self.proxy.side(body))
             if body.get("stream"):
                 return StreamingResponse(events(answer), media_type="text/event-stream")
             return JSONResponse(answer)

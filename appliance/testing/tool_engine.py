@@ -11,6 +11,9 @@ ids) so a test can compare the proxy's rows with what the engine saw and sampled
 
 A reply's `expect`, when set, must occur in the request's last message; a request past the script, or one
 that misses its `expect`, is answered 500 with the reason and kept in `failures`.
+
+`side` answers a harness's side calls (a title, a summary) without spending the script: a request whose
+first message contains one of its keys gets that key's text, and is kept in `side_answered`.
 """
 
 from __future__ import annotations
@@ -57,8 +60,11 @@ def _detok(ids: list[int]) -> list[str]:
 class ToolEngine:
     """The script and its record; `app()` serves it, `serving(url)` is the `ServingEngine` a proxy takes."""
 
-    def __init__(self, script: list[Reply | str], *, policy_version: int = 0) -> None:
+    def __init__(self, script: list[Reply | str], *, side: dict[str, str] | None = None,
+                 policy_version: int = 0) -> None:
         self.script = [Reply(content=s) if isinstance(s, str) else s for s in script]
+        self.side = side or {}
+        self.side_answered: list[Answered] = []
         self.policy_version = policy_version
         self.answered: list[Answered] = []
         self.tokenized: list[dict[str, Any]] = []
@@ -66,6 +72,12 @@ class ToolEngine:
         self._lock = threading.Lock()
 
     def _next(self, body: dict[str, Any]) -> tuple[Reply | None, str]:
+        first = _text((body.get("messages") or [{}])[0].get("content"))
+        for key, text in self.side.items():
+            if key in first:
+                with self._lock:
+                    self.side_answered.append(Answered(body, [], []))
+                    return Reply(content=text), f"side{len(self.side_answered) - 1}"
         with self._lock:
             step = len(self.answered)
             if step >= len(self.script):
@@ -87,7 +99,8 @@ class ToolEngine:
         reply, step_or_why = self._next(body)
         if reply is None:
             return JSONResponse({"error": {"message": step_or_why, "type": "BadRequestError", "code": 500}}, 500)
-        step = int(step_or_why)
+        side = step_or_why.startswith("side")
+        step = int(step_or_why.removeprefix("side"))
         message: dict[str, Any] = {"role": "assistant", "content": reply.content}
         if reply.tool_calls:
             message["tool_calls"] = [
@@ -96,10 +109,10 @@ class ToolEngine:
                 for i, (name, args) in enumerate(reply.tool_calls)]
         prompt = prompt_ids_of(body["messages"], body.get("tools"))
         completion = chatml_completion_ids(message)
-        self.answered[step] = Answered(body, prompt, completion)
+        (self.side_answered if side else self.answered)[step] = Answered(body, prompt, completion)
         finish = "tool_calls" if reply.tool_calls else reply.finish_reason
         lps = [{"token": t, "logprob": -0.5, "bytes": list(t.encode()), "top_logprobs": []} for t in _detok(completion)]
-        base = {"id": f"chatcmpl-{step}", "created": 0, "model": body.get("model")}
+        base = {"id": f"chatcmpl-{step_or_why}", "created": 0, "model": body.get("model")}
         if not reply.tool_calls and not message["content"]:
             message["content"] = ""
         if not body.get("stream"):

@@ -65,8 +65,8 @@ class Door:
 
 
 @pytest.fixture
-def door(tmp_path: Path) -> Iterator[callable]:
-    settings = load_settings(environ={"APPLIANCE_HOME": str(tmp_path)})
+def door(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[callable]:
+    settings = load_settings(environ={"APPLIANCE_HOME": str(tmp_path), **getattr(request, "param", {})})
     store = Store(settings.db_path)
     servers: list[ProxyServer] = []
 
@@ -193,3 +193,19 @@ def test_responses_refuses_what_the_door_cannot_serve(door) -> None:
     with pytest.raises(openai.BadRequestError, match="web_search"):
         client.responses.create(model="m", input="hi", tools=[{"type": "web_search"}])
     assert [r.status for r in d.rows()] == ["error", "error"]
+
+
+@pytest.mark.parametrize(("door", "status"), [({}, "side"), ({"APPLIANCE_PROXY__TRAIN_SIDE_CALLS": "true"}, "ok")],
+                         indirect=["door"])
+def test_a_side_call_is_its_own_row_and_not_trained_by_default(door, status: str) -> None:
+    d = door(["Edit notes", SCRIPT[1]])
+    title = [{"role": "system", "content": "You are a title generator."}, {"role": "user", "content": "Write a.txt."}]
+    # the harness names its small model `side` for the title (the recipes configure it so)
+    list(oai(d).chat.completions.create(model="side", messages=title, max_tokens=20, stream=True))
+    oai(d).chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}], max_tokens=20)
+    side, work = d.rows()
+    assert (side.status, work.status) == (status, "ok")
+    assert side.completion_ids == d.engine.answered[0].completion_ids  # recorded exactly all the same
+    samples, report = build_samples(d.rows(), rollout_id=d.rollout_id, group_id=None)
+    trained = len(side.completion_ids) if status == "ok" else 0
+    assert report.sampled_tokens == len(work.completion_ids) + trained and len(samples) == 1 + (status == "ok")
