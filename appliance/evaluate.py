@@ -130,19 +130,23 @@ def budget_tasks(tasks: list[Task], settings: Settings, *, elapsed_s: float | No
 
 def evaluate_heldout(store: Store, settings: Settings, run_id: str, iteration: int, policy_version: int, *,
                      harness: str, run_pending: Callable[[list[tuple[Any, str]]], None],
-                     new_rollout: Callable[..., Rollout], clock: Callable[[], float] = time.time) -> PassAt1:
-    """The EVALUATE phase's work after the held-out set is validated: k rollouts per budgeted task, then the
-    per-cell results in `evals` (re-running replaces them) and pass@1 with its interval."""
-    tasks = store.tasks(run_id, split=Split.HELDOUT, status=TaskStatus.VALID)
+                     new_rollout: Callable[..., Rollout], validate: Callable[[list[Task]], None] | None = None,
+                     clock: Callable[[], float] = time.time) -> PassAt1:
+    """The EVALUATE phase's held-out work: the budgeted tasks (validated first, those only, by `validate`, the
+    loop's agent-free validation), k rollouts each, then the per-cell results in `evals` (re-running replaces
+    them) and pass@1 with its interval."""
     k = settings.evaluation.samples_per_task
     elapsed = cost = None
     if iteration > 0:
         started = store.get_iteration(run_id, iteration).started_at
         elapsed = max(0.0, clock() - started)
         cost = rollout_cost_s(_eval_rollouts(store, run_id, iteration - 1))
-    chosen = budget_tasks(tasks, settings, elapsed_s=elapsed, cost_s=cost)
-    if iteration == 0:
-        chosen = baseline_prefix(chosen, settings.evaluation.baseline_tasks)
+
+    def choose(tasks: list[Task]) -> list[Task]:
+        chosen = budget_tasks(tasks, settings, elapsed_s=elapsed, cost_s=cost)
+        return baseline_prefix(chosen, settings.evaluation.baseline_tasks) if iteration == 0 else chosen
+
+    chosen = validated_choice(store, run_id, Split.HELDOUT, choose, validate)
     cells = _sample(store, run_id, iteration, policy_version, chosen, k, harness, run_pending, new_rollout)
     for (family, level), (n, passed) in cells.items():
         store.set_eval(run_id, iteration, policy_version, family, level, n, passed)
@@ -152,6 +156,22 @@ def evaluate_heldout(store: Store, settings: Settings, run_id: str, iteration: i
                                           "heldout_high": result.high, "heldout_tasks": float(len(chosen)),
                                           "heldout_k": float(k)})
     return result
+
+
+def validated_choice(store: Store, run_id: str, split: Split, choose: Callable[[list[Task]], list[Task]],
+                     validate: Callable[[list[Task]], None] | None) -> list[Task]:
+    """What `choose` picks from the split's tasks, each validated before it is evaluated; only those are
+    validated (a baseline's prefix needs no verdict on the rest: a later, larger choice validates its own). A
+    task validation rejects makes room for the next of the order; one an infra failure left proposed is not
+    evaluated (the next evaluation validates it again)."""
+    for _ in range(3):  # a rejection moves the prefix by one task: a second pass validates its replacement
+        candidates = [t for t in store.tasks(run_id, split=split)
+                      if t.status in (TaskStatus.VALID, TaskStatus.PROPOSED)]
+        proposed = [t for t in choose(candidates) if t.status == TaskStatus.PROPOSED]
+        if not proposed or validate is None:
+            break
+        validate(proposed)
+    return choose(store.tasks(run_id, split=split, status=TaskStatus.VALID))
 
 
 def baseline_prefix(ordered: list[Task], size: int) -> list[Task]:
@@ -223,18 +243,14 @@ def evaluate_devset(store: Store, settings: Settings, run_id: str, iteration: in
                     harness: str, run_pending: Callable[[list[tuple[Any, str]]], None],
                     new_rollout: Callable[..., Rollout], validate: Callable[[list[Task]], None],
                     clock: Callable[[], float] = time.time) -> PassAt1 | None:
-    """The dev set's part of EVALUATE, after `evaluate_heldout`: fix the set for the run (once), validate what
-    is still proposed (`validate`, the loop's agent-free validation), k rollouts per budgeted task, and
+    """The dev set's part of EVALUATE, after `evaluate_heldout`: fix the set for the run (once), validate the
+    budgeted tasks still proposed (`validate`, the loop's agent-free validation), k rollouts each, and
     pass@1 with its interval, per category, stored as `dev_*` metrics. None when `evaluation.devset` is off."""
     from appliance.tasks.devset import category, fix_devset
 
     if not settings.evaluation.devset:
         return None
     fix_devset(store, run_id, settings.evaluation.devset_batch)
-    proposed = store.tasks(run_id, split=Split.DEV, status=TaskStatus.PROPOSED)
-    if proposed:
-        validate(proposed)
-    tasks = store.tasks(run_id, split=Split.DEV, status=TaskStatus.VALID)
     k = settings.evaluation.samples_per_task
     allowed = cost = None
     if iteration > 0:
@@ -244,11 +260,15 @@ def evaluate_devset(store: Store, settings: Settings, run_id: str, iteration: in
         before = max(0.0, clock() - store.get_iteration(run_id, iteration).started_at - spent)
         allowed = before * share / (1 - share) - spent if share < 1 else None
         cost = rollout_cost_s(_eval_rollouts(store, run_id, iteration - 1))
-    chosen = devset_budget(tasks, settings, allowed_s=allowed, cost_s=cost)
-    if iteration == 0:
+
+    def choose(tasks: list[Task]) -> list[Task]:
+        chosen = devset_budget(tasks, settings, allowed_s=allowed, cost_s=cost)
+        if iteration > 0:
+            return chosen
         ev = settings.evaluation
-        chosen = baseline_prefix(chosen, ev.baseline_devset_tasks and max(ev.baseline_devset_tasks,
-                                                                         ev.devset_min_tasks))
+        return baseline_prefix(chosen, ev.baseline_devset_tasks and max(ev.baseline_devset_tasks, ev.devset_min_tasks))
+
+    chosen = validated_choice(store, run_id, Split.DEV, choose, validate)
     cells = _sample(store, run_id, iteration, policy_version, chosen, k, harness, run_pending, new_rollout)
     rows = [{"category": category(f), "n": n, "passed": p} for (f, _), (n, p) in cells.items()]
     result = pass_at_1(rows, k=k, tasks=len(chosen), key="category")

@@ -13,7 +13,7 @@ from appliance.phases.context import PhaseContext
 from appliance.phases.practise import run_pending
 from appliance.phases.validate import validate_tasks
 from appliance.practice import new_rollout
-from appliance.schemas import Split, Task, TaskStatus
+from appliance.schemas import Task
 
 
 def evaluate(ctx: PhaseContext, index: int) -> None:
@@ -21,15 +21,12 @@ def evaluate(ctx: PhaseContext, index: int) -> None:
         ctx.event("evaluate", f"iteration {index}: not evaluated: it is the warm-start alone "
                   "(evaluation.after_warmstart off); the next evaluation measures it with practice")
         return
-    heldout = ctx.store.tasks(ctx.run_id, split=Split.HELDOUT)
-    proposed = [t for t in heldout if t.status == TaskStatus.PROPOSED]
-    if proposed:
-        validating(ctx, proposed)
     version, harness = ctx.engine.policy_version, ctx.settings.loop.harness
     run = partial(run_pending, ctx)
-    # One rule for held-out pass@1, whatever the controller: `evaluate` samples, budgets and counts it.
+    # One rule for held-out pass@1, whatever the controller: `evaluate` samples, budgets and counts it, and
+    # validates the tasks it chose (those only: the baseline's prefix needs no verdict on the rest).
     result = evaluate_heldout(ctx.store, ctx.settings, ctx.run_id, index, version, harness=harness,
-                              run_pending=run, new_rollout=new_rollout)
+                              run_pending=run, new_rollout=new_rollout, validate=partial(validating, ctx))
     ctx.event("evaluate", f"iteration {index}: held-out pass@1 {result.describe()} over {result.tasks} "
               f"tasks x {result.k} at policy version {version}")
     dev = evaluate_devset(ctx.store, ctx.settings, ctx.run_id, index, version, harness=harness, run_pending=run,

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from appliance.config import Settings
+from appliance.evaluate import spread
 from appliance.loop import Loop
 from appliance.phases import evaluate as evaluate_phase
 from appliance.practice import new_rollout
@@ -48,8 +49,8 @@ def test_evaluate_runs_the_held_out_set_then_the_dev_set(settings: Settings, sto
     assert loop.context.progress.stage == ""
     k = settings.evaluation.samples_per_task
     dev = len(devset_tasks())
-    assert validated.count(Split.DEV) == dev and len(store.tasks(loop.run.id, split=Split.DEV)) == dev
-    base = settings.evaluation.baseline_devset_tasks  # the baseline's balanced prefix (the whole set validated)
+    base = settings.evaluation.baseline_devset_tasks  # the baseline's balanced prefix, validated alone
+    assert validated.count(Split.DEV) == base and len(store.tasks(loop.run.id, split=Split.DEV)) == dev
     assert 0 < base < dev and sum(f.startswith("dev-") for f in ran) == base * k and "files" in ran
     said = [e.message for e in store.events(loop.run.id) if e.kind == "evaluate"]
     assert any("held-out pass@1" in m for m in said)
@@ -87,3 +88,38 @@ class _Said:
 
     def describe(self) -> str:
         return "0.0%"
+
+
+def test_the_baseline_validates_only_the_tasks_it_evaluates_and_a_rejected_one_makes_room(
+        settings: Settings, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 49: agent-free validation of the whole held-out set (90) and dev set (66) before the base model's
+    first rollout took minutes on a loaded 2-core machine; the baseline evaluates 45 and 10 of them."""
+    practice = SimpleNamespace(stopping=threading.Event())
+    loop = Loop(settings, store, FakeEngine(), practice, log=lambda _: None)
+    heldout = store.tasks(loop.run.id, split=Split.HELDOUT)
+    ev = settings.evaluation
+    assert len(heldout) > ev.baseline_tasks
+    rejected = spread(heldout)[0]  # the first of the order: validation refuses it
+    validated: list[Task] = []
+
+    def validate(_context, tasks):
+        for t in tasks:
+            validated.append(t)
+            store.set_task_status(t.id, TaskStatus.REJECTED if t.id == rejected.id else TaskStatus.VALID)
+
+    def run_pending(_context, work):
+        for _spec, rid in work:
+            store.start_rollout(rid)
+            store.finish_rollout(rid, Outcome.FAILURE, 0.0)
+
+    monkeypatch.setattr(evaluate_phase, "validate_tasks", validate)
+    monkeypatch.setattr(evaluate_phase, "run_pending", run_pending)
+    store.start_iteration(loop.run.id, 0, 0)
+    evaluate_phase.evaluate(loop.context, 0)
+    held = [t for t in validated if t.split == Split.HELDOUT]
+    assert len(held) == ev.baseline_tasks + 1  # was all 90: the prefix, and the next one for the rejected
+    evaluated = {r.task_id for r in store.rollouts(loop.run.id, iteration=0, purpose="eval")}
+    valid = [t for t in store.tasks(loop.run.id, split=Split.HELDOUT) if t.status == TaskStatus.VALID]
+    assert evaluated >= {t.id for t in spread(valid)[:ev.baseline_tasks]}
+    assert rejected.id not in evaluated
+    assert sum(t.split == Split.DEV for t in validated) == ev.baseline_devset_tasks  # was all 66
