@@ -47,7 +47,8 @@ def main() -> int:
     home = args.home or Path(tempfile.mkdtemp(prefix="appliance-bench-checkpoint-"))
     home.mkdir(parents=True, exist_ok=True)
     env = run_env(home, model, args.seed, args.set, APPLIANCE_LOOP__ITERATIONS="1",
-                  APPLIANCE_LOOP__HELDOUT_PER_CELL=str(args.heldout_per_cell))
+                  APPLIANCE_LOOP__HELDOUT_PER_CELL=str(args.heldout_per_cell),
+                  APPLIANCE_EVALUATION__BASELINE_TASKS="0")  # every held-out task: this baseline is the measure
     print(f"evaluating {model} in {home} ({' '.join(args.set) or 'default settings'})", flush=True)
     with open(home / "bench.log", "a") as log:
         proc = subprocess.Popen([str(REPO / ".venv/bin/appliance"), "run", "--headless"], env=env, cwd=REPO,
