@@ -164,13 +164,15 @@ def validated_choice(store: Store, run_id: str, split: Split, choose: Callable[[
     validated (a baseline's prefix needs no verdict on the rest: a later, larger choice validates its own). A
     task validation rejects makes room for the next of the order; one an infra failure left proposed is not
     evaluated (the next evaluation validates it again)."""
+    tried: set[str] = set()
     for _ in range(3):  # a rejection moves the prefix by one task: a second pass validates its replacement
         candidates = [t for t in store.tasks(run_id, split=split)
                       if t.status in (TaskStatus.VALID, TaskStatus.PROPOSED)]
-        proposed = [t for t in choose(candidates) if t.status == TaskStatus.PROPOSED]
+        proposed = [t for t in choose(candidates) if t.status == TaskStatus.PROPOSED and t.id not in tried]
         if not proposed or validate is None:
-            break
+            break  # nothing new to validate (an infra failure's tasks are tried once per evaluation)
         validate(proposed)
+        tried |= {t.id for t in proposed}
     return choose(store.tasks(run_id, split=split, status=TaskStatus.VALID))
 
 

@@ -310,3 +310,30 @@ def test_the_dev_set_baseline_is_its_balanced_prefix_unless_every_point_is_whole
     ev.devset_min_tasks = 1000  # the learning bench's "the whole dev set at every point": the baseline too
     whole = evaluate_devset(store, settings, "r", 0, 0, **args)
     assert whole is not None and whole.tasks == len(store.tasks("r", split=Split.DEV)) == 66
+
+
+def test_a_task_validation_left_proposed_is_tried_once_per_evaluation_and_not_evaluated(
+        settings: Settings, store: Store) -> None:
+    store.create_run("r", {})
+    store.start_iteration("r", 0, 0)
+    tasks = []
+    for level in (2, 3):
+        for spec in synthesize("files", level, 4, seed="ev", split="heldout"):  # none validated yet
+            store.add_task(Task(f"r.{spec.id}", "r", "files", level, "procedural", Split.HELDOUT,
+                                TaskStatus.PROPOSED, spec.to_spec()))
+            tasks.append(store.get_task(f"r.{spec.id}"))
+    stuck = spread(tasks)[0]
+    tried: list[str] = []
+
+    def validate(batch: list[Task]) -> None:  # the machine fails the first task's validation: it stays proposed
+        for t in batch:
+            tried.append(t.id)
+            if t.id != stuck.id:
+                store.set_task_status(t.id, TaskStatus.VALID)
+
+    settings.evaluation.baseline_tasks = 4
+    ran: list[str] = []
+    result = evaluate_heldout(store, settings, "r", 0, 0, harness="builtin", run_pending=_runner(store, ran),
+                              new_rollout=new_rollout, validate=validate)
+    assert tried.count(stuck.id) == 1 and len(tried) == 4  # the prefix's four, the stuck one once
+    assert result.tasks == 3 and stuck.id not in {r.task_id for r in store.rollouts("r", purpose="eval")}
