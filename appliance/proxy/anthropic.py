@@ -37,9 +37,12 @@ def _litellm() -> tuple[Any, Any]:
     with _lock:
         if _adapter is None:
             os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            import litellm
             from litellm import ModelResponse
             from litellm.llms.anthropic.messages.adapters.transformation import LiteLLMAnthropicMessagesAdapter
 
+            # it printed a "Provider List" banner to the appliance's terminal for every Claude Code request
+            litellm.suppress_debug_info = True
             _adapter = (LiteLLMAnthropicMessagesAdapter(), ModelResponse)
     return _adapter
 
@@ -73,6 +76,7 @@ class AnthropicDialect:
                               "invalid_request_error", record=True)
             adapter, model_response = await anyio.to_thread.run_sync(_litellm)
             chat, tool_names = _to_chat(adapter, body)
+            self.proxy.calls.restore(rollout_id, chat)
             sent = self.proxy.engine_body(chat, CHAT)
 
             def shape(data: dict[str, Any]) -> dict[str, Any]:

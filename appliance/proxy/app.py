@@ -45,6 +45,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from appliance.config import Settings
 from appliance.proxy.answers import ABORTED, EngineAborted, Tokens, aborted, merged, strip
+from appliance.proxy.calls import SampledCalls
 from appliance.proxy.checks import CHAT, COMPLETION, Refusal, check_request, is_number, read_body
 from appliance.proxy.routes import hash_token
 from appliance.schemas import ModelCall, Rollout, RolloutStatus
@@ -84,6 +85,7 @@ class Proxy:
         self.served_name = settings.engine.served_model_name
         self._client: aiohttp.ClientSession | None = None
         self._active: dict[str, int] = {}  # calls in flight per rollout (one event loop: no lock needed)
+        self.calls = SampledCalls()  # what each rollout's tool calls were sampled as (calls.py)
 
     @property
     def client(self) -> aiohttp.ClientSession:
@@ -214,6 +216,7 @@ class Proxy:
                     await self.commit(self.call_row(rollout_id, sent, started, status="error", response=data,
                                                     tokens=tokens, error=ABORTED))
                     raise Refusal(502, f"the engine failed: {ABORTED}", "engine_error")
+                self.calls.remember(rollout_id, data)
                 strip(data, body, kind)
                 if shape is not None:
                     data = shape(data)
@@ -329,6 +332,7 @@ class Proxy:
                             recorded = True  # set first: a cancel during the write must not add a second row
                             await self.record(self.call_row(rollout_id, sent, started, response=merged(chunks),
                                                             tokens=tokens, side=side))
+                            self.calls.remember(rollout_id, merged(chunks))
                             out.append(b"data: [DONE]\n\n")
                             continue
                         chunk = json.loads(payload)
@@ -376,6 +380,7 @@ class Proxy:
             self.take_slot(rollout_id)
             slot = True
             body = await self.body_of(request)
+            self.calls.restore(rollout_id, body)
             sent = self.engine_body(body, kind)
             side = self.side(body)
             if body.get("stream"):

@@ -8,10 +8,12 @@ tool call's tokens are the ones the engine sampled. A streaming request is answe
 response as the Responses event sequence, like the Anthropic dialect's (the engine call is not streamed).
 
 `custom` tools (free-form input, e.g. Codex's apply_patch for some models) are offered to the model as
-function tools with one string parameter `input`, and their calls go back as `custom_tool_call` items.
-Refused, with the reason: `previous_response_id` (the door keeps no conversation: the harness sends
-the whole input, as Codex does with `store: false`) and tool types the engine cannot call (hosted
-search, computer use).
+function tools with one string parameter `input`, and their calls go back as `custom_tool_call` items; the
+function tools of a `namespace` (Codex groups its sub-agent tools so) are offered by their own names. Tools
+the provider would run itself (`web_search`, `file_search`, `code_interpreter`, ...: Codex 0.171 offers
+web_search to every provider) are left out: no provider runs them here, so the model is not shown them.
+Refused, with the reason: `previous_response_id` (the door keeps no conversation: the harness sends the
+whole input, as Codex does with `store: false`).
 """
 
 from __future__ import annotations
@@ -61,10 +63,14 @@ def to_chat(body: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
     if not isinstance(items, list):
         raise bad_request("a Responses request needs `input`: a string or a list of items")
     custom: set[str] = set()
-    tools = []
-    for tool in body.get("tools") or ():
+    tools: list[dict[str, Any]] = []
+    offered = list(body.get("tools") or ())
+    while offered:
+        tool = offered.pop(0)
         kind = tool.get("type") if isinstance(tool, dict) else None
-        if kind == "function":
+        if kind == "namespace":
+            offered[:0] = tool.get("tools") or []
+        elif kind == "function":
             fn = {k: tool[k] for k in ("name", "description", "parameters") if tool.get(k) is not None}
             tools.append({"type": "function", "function": fn})
         elif kind == "custom":
@@ -72,8 +78,9 @@ def to_chat(body: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
             tools.append({"type": "function", "function": {
                 "name": tool["name"], "description": tool.get("description", ""),
                 "parameters": {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}}})
-        else:
-            raise bad_request(f"tool type {kind!r} is not supported at the model door: offer it as a function tool")
+        elif kind is None:
+            raise bad_request("each tool must be an object with a `type`")
+        # else: a tool its provider runs (web_search, ...): nothing at the door can
     for item in items:
         if not isinstance(item, dict):
             raise bad_request("each `input` item must be an object")
@@ -166,6 +173,7 @@ class ResponsesDialect:
             slot = True
             body = await self.proxy.body_of(request)
             chat, custom = to_chat(body)
+            self.proxy.calls.restore(rollout_id, chat)
             sent = self.proxy.engine_body(chat, CHAT)
             answer = await self.proxy.complete(rollout_id, CHAT, chat, sent,
                                                lambda data: from_chat(data, body or {}, custom), self.proxy.side(body))

@@ -186,13 +186,16 @@ def test_responses_api_with_function_calls(door, stream: bool) -> None:
 
 
 def test_responses_refuses_what_the_door_cannot_serve(door) -> None:
-    d = door([])
+    d = door(["hello"])
     client = oai(d)
     with pytest.raises(openai.BadRequestError, match="previous_response_id"):
         client.responses.create(model="m", input="hi", previous_response_id="resp_1")
-    with pytest.raises(openai.BadRequestError, match="web_search"):
-        client.responses.create(model="m", input="hi", tools=[{"type": "web_search"}])
-    assert [r.status for r in d.rows()] == ["error", "error"]
+    # as Codex sends them: a hosted tool nothing here runs is left out, a namespace's tools are offered
+    namespace = {"type": "namespace", "name": "agents", "description": "Sub-agents.",
+                 "tools": [{"type": "function", **WRITE["function"]}]}
+    client.responses.create(model="m", input="hi", tools=[{"type": "web_search"}, namespace])
+    assert [r.status for r in d.rows()] == ["error", "ok"]
+    assert [t["function"]["name"] for t in d.rows()[1].request["tools"]] == ["write"]
 
 
 @pytest.mark.parametrize(("door", "status"), [({}, "side"), ({"APPLIANCE_PROXY__TRAIN_SIDE_CALLS": "true"}, "ok")],
@@ -209,3 +212,34 @@ def test_a_side_call_is_its_own_row_and_not_trained_by_default(door, status: str
     samples, report = build_samples(d.rows(), rollout_id=d.rollout_id, group_id=None)
     trained = len(side.completion_ids) if status == "ok" else 0
     assert report.sampled_tokens == len(work.completion_ids) + trained and len(samples) == 1 + (status == "ok")
+
+
+def test_a_re_serialized_echo_of_a_sampled_call_renders_as_sampled(door) -> None:
+    """OpenCode's SDK sends the model's calls back with their arguments re-serialized compactly; the proxy
+    puts back the text the engine sampled (the same JSON value), so the turn extends the one before."""
+    d = door(SCRIPT)
+    messages: list[dict] = [{"role": "user", "content": "Write a.txt."}]
+    first = oai(d).chat.completions.create(model="m", messages=messages, tools=[BASH, WRITE], max_tokens=200)
+    calls = [c.model_dump(exclude_none=True) for c in first.choices[0].message.tool_calls]
+    for c in calls:
+        c["function"]["arguments"] = json.dumps(json.loads(c["function"]["arguments"]), separators=(",", ":"))
+    messages += [{"role": "assistant", "content": "", "tool_calls": calls},
+                 {"role": "tool", "tool_call_id": calls[0]["id"], "content": "written"},
+                 {"role": "tool", "tool_call_id": calls[1]["id"], "content": "hi"}]
+    oai(d).chat.completions.create(model="m", messages=messages, tools=[BASH, WRITE], max_tokens=200)
+    d.assert_exact()
+
+
+def test_a_call_the_harness_changed_is_sent_as_the_harness_sent_it(door) -> None:
+    d = door(SCRIPT)
+    messages: list[dict] = [{"role": "user", "content": "Write a.txt."}]
+    first = oai(d).chat.completions.create(model="m", messages=messages, tools=[BASH, WRITE], max_tokens=200)
+    calls = [c.model_dump(exclude_none=True) for c in first.choices[0].message.tool_calls]
+    calls[1]["function"]["arguments"] = json.dumps({"cmd": "cat a.txt", "timeout": 120})  # its tool's default
+    messages += [{"role": "assistant", "content": "", "tool_calls": calls},
+                 {"role": "tool", "tool_call_id": calls[0]["id"], "content": "written"},
+                 {"role": "tool", "tool_call_id": calls[1]["id"], "content": "hi"}]
+    oai(d).chat.completions.create(model="m", messages=messages, tools=[BASH, WRITE], max_tokens=200)
+    sent = d.rows()[1].request["messages"][1]["tool_calls"][1]["function"]["arguments"]
+    assert json.loads(sent) == {"cmd": "cat a.txt", "timeout": 120}
+    assert len(build_tree(d.rows()).divergences) == 1  # a branch; what was sampled is trained once all the same
