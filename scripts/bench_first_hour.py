@@ -55,21 +55,26 @@ class Span:
     phase: str
     start: float
     end: float | None  # None: still running (or cut by the stop)
+    failed: bool = False  # ended without its `done` (a failed attempt, an interruption)
 
 
 def phase_spans(store: Store, run_id: str) -> list[Span]:
-    """Each phase run of the run, from its `phase` event to the `info` event that says it was done."""
+    """Each phase run of the run, from its `phase` event to the `info` event that says it was done; an attempt
+    that failed (or was cut) ends where the next phase run starts, not done."""
     spans: list[Span] = []
     open_: dict[tuple[int, str], Span] = {}
     for e in store.events(run_id, limit=1_000_000):
         if e.kind == "phase" and "iteration" in e.data:
+            for cut in open_.values():  # one phase at a time: a run still open failed or was interrupted
+                cut.end, cut.failed = e.created_at, True
+            open_.clear()
             span = Span(int(e.data["iteration"]), e.message, e.created_at, None)
             open_[(span.iteration, span.phase)] = span
             spans.append(span)
-        elif e.kind == "info" and e.message.endswith(" done") and "phase" in e.data:
+        elif e.kind in ("info", "error") and "phase" in e.data:  # "...: PHASE done", "... interrupted", "... failed"
             found = open_.pop((int(e.data["iteration"]), str(e.data["phase"])), None)
             if found is not None:
-                found.end = e.created_at
+                found.end, found.failed = e.created_at, not e.message.endswith(" done")
     return spans
 
 
@@ -131,12 +136,14 @@ def report(home: Path, label: str = "") -> dict[str, object]:
             use = engine_use(calls, s.start, end)
             cost = rollout_cost_s(mine)
             rows.append({"iteration": s.iteration, "phase": s.phase, "minutes": (end - s.start) / 60,
-                         "done": s.end is not None, "rollouts": len(mine), "cut": cut, "repeating": rep, **use})
-            print(f"{s.iteration:>3} {s.phase + ('' if s.end else '*'):<10} {(end - s.start) / 60:6.1f} "
+                         "done": s.end is not None and not s.failed, "rollouts": len(mine), "cut": cut,
+                         "repeating": rep, **use})
+            mark = "!" if s.failed else "" if s.end else "*"
+            print(f"{s.iteration:>3} {s.phase + mark:<10} {(end - s.start) / 60:6.1f} "
                   f"{len(mine):>8} {cut / len(mine) if mine else 0:5.0%} {rep / len(mine) if mine else 0:6.0%} "
                   f"{cost if cost else 0:9.1f} {use['busy']:5.0%} {use['in_flight']:9.1f} {use['tok_s']:6.1f}")
         print("minutes per iteration: " + ", ".join(f"{i}: {m / 60:.1f}" for i, m in sorted(per_iteration.items()))
-              + "   (* = still running or stopped there)")
+              + "   (* = still running or stopped there, ! = a failed or interrupted attempt)")
         return {"label": label, "home": str(home), "run": run.id, "first_trained_point_min":
                 (point[0] - t0) / 60 if point else None, "iterations_min": {i: m / 60 for i, m in
                                                                             per_iteration.items()}, "phases": rows}

@@ -37,6 +37,8 @@ def test_report_names_the_phases_minutes_and_the_first_trained_point(settings: S
     at("phase", "evaluate", 60, iteration=0)
     at("evaluate", "iteration 0: held-out pass@1 0.0% [0.0%, 4.1%] (0/90) over 45 tasks x 2", 600)
     at("info", "iteration 0: evaluate done", 660, 600, iteration=0, phase="evaluate")
+    at("phase", "synthesize", 670, iteration=1)
+    at("error", "iteration 1 synthesize failed: ReadTimeout: timed out (attempt 1 of 3)", 690)
     at("phase", "train", 700, iteration=1)
     at("info", "iteration 1: train done", 1300, 600, iteration=1, phase="train")
     at("phase", "evaluate", 1300, iteration=1)
@@ -56,5 +58,7 @@ def test_report_names_the_phases_minutes_and_the_first_trained_point(settings: S
     phases = {(p["iteration"], p["phase"]): p for p in result["phases"]}
     assert phases[(0, "evaluate")]["minutes"] == pytest.approx(10.0) and phases[(1, "train")]["done"]
     assert not phases[(1, "evaluate")]["done"]  # no `done` event yet: still running, starred
+    assert not phases[(1, "synthesize")]["done"]  # a failed attempt ends where the next phase run starts
+    assert phases[(1, "synthesize")]["minutes"] == pytest.approx(0.5)
     assert phases[(0, "evaluate")]["busy"] == pytest.approx(30 / 600)
     assert phases[(0, "evaluate")]["cut"] == 1 and phases[(1, "train")]["rollouts"] == 0
