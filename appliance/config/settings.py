@@ -317,6 +317,35 @@ def default_harnesses() -> dict[str, ExternalHarnessSettings]:
             answer="/tmp/opencode-answer.txt",
             at_init=False,  # ~185 MB from npm, and the product container has no npm: built at its first rollout
         ),
+        # Claude Code (npm @anthropic-ai/claude-code): Anthropic Messages with tool_use blocks, streamed; its
+        # small ("haiku") model is named `side`. `claude -p` prints the final answer alone on stdout.
+        "claude-code": ExternalHarnessSettings(
+            recipe="claude-code",
+            command=["bash", "-o", "pipefail", "-c", '/opt/harness/bin/claude -p "$1" --max-turns "$2" '
+                     '--dangerously-skip-permissions --output-format text | tee /tmp/claude-answer.txt', "claude",
+                     "{instruction}", "{max_turns}"],
+            env={"ANTHROPIC_BASE_URL": "{anthropic_base_url}", "ANTHROPIC_API_KEY": "{api_key}",
+                 "ANTHROPIC_MODEL": "{model}", "ANTHROPIC_DEFAULT_HAIKU_MODEL": "side",
+                 "ANTHROPIC_SMALL_FAST_MODEL": "side", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+                 "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1",
+                 "BASH_DEFAULT_TIMEOUT_MS": "{command_timeout_s}000", "BASH_MAX_TIMEOUT_MS": "{command_timeout_s}000"},
+            answer="/tmp/claude-answer.txt",
+            at_init=False,  # ~430 MB from npm, and the product container has no npm: built at its first rollout
+        ),
+        # Codex CLI (npm @openai/codex): the OpenAI Responses API, streamed, with function tools (exec_command;
+        # it edits files with apply_patch through it). `codex exec -o FILE` writes its last message there.
+        "codex": ExternalHarnessSettings(
+            recipe="codex",
+            command=["/opt/harness/bin/codex", "exec", "--skip-git-repo-check",
+                     # the sandbox is the isolation: Codex's own (Landlock, seccomp) cannot nest inside it
+                     "--dangerously-bypass-approvals-and-sandbox", "-c", "model_provider=door",
+                     "-c", 'model_providers.door={{name="door",base_url="{openai_base_url}",env_key="DOOR_API_KEY",'
+                     'wire_api="responses"}}', "-c", "check_for_update_on_startup=false",
+                     "-c", "analytics.enabled=false", "-m", "{model}", "-o", "/tmp/codex-answer.txt", "{instruction}"],
+            env={"DOOR_API_KEY": "{api_key}"},
+            answer="/tmp/codex-answer.txt",
+            at_init=False,  # ~320 MB from npm, and the product container has no npm: built at its first rollout
+        ),
     }
 
 

@@ -6,6 +6,7 @@ a command and answers), and every call it made is recorded with the ids the engi
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -92,6 +93,10 @@ def test_opencode_edits_a_file_and_runs_a_command(harness_settings: Settings, tm
     assert edited == "hello appliance\n"
     assert run.answer == "notes.txt now says hello appliance."
     assert_recorded(door, engine)
+    samples, report = build_samples(door.rows(), rollout_id=door.rollout_id, group_id=None)
+    # its SDK re-serializes the calls it sends back; the proxy restores the sampled text (proxy/calls.py),
+    # so the episode is one sequence
+    assert report.retokenized_tokens == 0 and report.divergences == [] and len(samples) == 1
 
 
 def assert_recorded(door: Door, engine: ToolEngine) -> None:
@@ -106,3 +111,68 @@ def assert_recorded(door: Door, engine: ToolEngine) -> None:
     samples, report = build_samples(rows, rollout_id=door.rollout_id, group_id=None)
     assert report.retokenized_tokens == 0
     assert report.sampled_tokens == sum(len(r.completion_ids) for r in work)
+
+
+def test_claude_code_edits_a_file_and_runs_a_command(harness_settings: Settings, tmp_path: Path) -> None:
+    engine = ToolEngine([
+        Reply(tool_calls=[("Read", {"file_path": "/workspace/notes.txt"})]),
+        Reply(tool_calls=[("Edit", {"file_path": "/workspace/notes.txt", "old_string": "world",
+                                    "new_string": "appliance"})], expect="hello world"),
+        Reply(tool_calls=[("Bash", {"command": "cat notes.txt", "description": "Show the file"})]),
+        Reply(content="notes.txt now says hello appliance.", expect="hello appliance"),
+    ])
+    run, edited, door = run_in_sandbox(harness_settings, "claude-code", engine, tmp_path)
+    assert run.exit_code == 0, (run.stdout[-2000:], run.stderr[-4000:], engine.failures)
+    engine.assert_done()
+    assert edited == "hello appliance\n"
+    assert run.answer == "notes.txt now says hello appliance."
+    assert_recorded(door, engine)
+    samples, report = build_samples(door.rows(), rollout_id=door.rollout_id, group_id=None)
+    assert report.retokenized_tokens == 0
+    # a turn extends the one before unless the harness rewrote a call the model made (Claude Code adds its
+    # tool's defaults to an Edit's input): then the turn starts a branch, and what was sampled is still
+    # trained once, exactly, in the branch that sampled it
+    assert len(report.divergences) == len(rewritten_calls(engine)), (report.divergences, rewritten_calls(engine))
+
+
+def rewritten_calls(engine: ToolEngine) -> list[tuple[str, str]]:
+    """(sampled arguments, arguments sent back) of each tool call a later request carried changed."""
+    sampled: dict[str, str] = {}  # the engine's ids for its calls: chatcmpl-tool-<step><index>
+    out = []
+    for i, seen in enumerate(engine.answered):
+        for m in seen.request["messages"]:
+            for call in m.get("tool_calls") or ():
+                was = sampled.get(call["id"])
+                if was is not None and was != call["function"]["arguments"]:
+                    out.append((was, call["function"]["arguments"]))
+        reply = engine.script[i]
+        for j, (_name, args) in enumerate(reply.tool_calls or ()):
+            sampled[f"chatcmpl-tool-{i}{j}"] = args if isinstance(args, str) else json.dumps(args)
+    return list(dict.fromkeys(out))
+
+
+PATCH = """apply_patch <<'EOF'
+*** Begin Patch
+*** Update File: notes.txt
+@@
+-hello world
++hello appliance
+*** End Patch
+EOF"""
+
+
+def test_codex_edits_a_file_and_runs_a_command(harness_settings: Settings, tmp_path: Path) -> None:
+    engine = ToolEngine([
+        Reply(tool_calls=[("exec_command", {"cmd": "cat notes.txt"})]),
+        Reply(tool_calls=[("exec_command", {"cmd": PATCH})], expect="hello world"),  # its own edit tool
+        Reply(tool_calls=[("exec_command", {"cmd": "cat notes.txt"})], expect="notes.txt"),
+        Reply(content="notes.txt now says hello appliance.", expect="hello appliance"),
+    ])
+    run, edited, door = run_in_sandbox(harness_settings, "codex", engine, tmp_path)
+    assert run.exit_code == 0, (run.stdout[-2000:], run.stderr[-4000:], engine.failures)
+    engine.assert_done()
+    assert edited == "hello appliance\n"
+    assert run.answer == "notes.txt now says hello appliance."
+    assert_recorded(door, engine)
+    samples, report = build_samples(door.rows(), rollout_id=door.rollout_id, group_id=None)
+    assert report.retokenized_tokens == 0 and report.divergences == [] and len(samples) == 1
