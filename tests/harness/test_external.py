@@ -56,3 +56,30 @@ def test_mini_swe_agent_kills_a_command_at_the_limit_it_is_given(sandbox_setting
     assert r.exit_code == 0, r.stderr
     code, seconds, kind = r.stdout.strip().splitlines()[-1].split()  # (mini prints a banner first)
     assert (code, kind) == ("-1", "TimeoutExpired") and int(seconds) < 10, r.stdout
+
+
+def test_npm_recipes_install_on_the_host_without_running_package_scripts(tmp_path: Path, monkeypatch) -> None:
+    """An npm recipe is its Containerfile and npm.txt; npm runs with --ignore-scripts (no package code on the
+    host), and a failure names the listing and the registry."""
+    import subprocess
+
+    from appliance.errors import SetupError
+    from appliance.harness import external
+
+    settings = load_settings(environ={"APPLIANCE_HOME": str(tmp_path)})
+    for name in ("opencode", "claude-code", "codex"):
+        recipe = external.recipe_dir(settings.harnesses[name])
+        assert external.recipe_files(recipe) == external.NPM_FILES
+        assert not settings.harnesses[name].at_init  # the product container has no npm
+    seen: list[list[str]] = []
+
+    def fake_run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        seen.append(argv)
+        return subprocess.CompletedProcess(argv, 1, "", "404 Not Found")
+
+    monkeypatch.setattr(external.subprocess, "run", fake_run)
+    listing = external.recipe_dir(settings.harnesses["opencode"]) / "npm.txt"
+    with pytest.raises(SetupError) as e:
+        external.install_npm("opencode", listing, tmp_path / "site")
+    assert "--ignore-scripts" in seen[0] and seen[0][-1] == "opencode-linux-x64@1.18.33"
+    assert "404 Not Found" in e.value.message and str(listing) in e.value.hint
