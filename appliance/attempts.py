@@ -5,9 +5,11 @@ restarting, a sandbox that did not come up). One that keeps failing is not going
 `loop.phase_attempts` failed attempts in a row of one (iteration, phase) the run's status becomes failed,
 and the run's events say why (the exception's type and message), so the TUI, `appliance status` and the
 process's exit say what to fix instead of retrying every `tick_s` for ever. Any exception counts, a bug
-(KeyError, a failed assertion) as much as an `ApplianceError`; `Interrupted` (a shutdown) and `StoreBusy`
-(another process holds the store's write lock: nothing can be written, the loop waits) are not failures
-of the phase and never reach here.
+(KeyError, a failed assertion) as much as an `ApplianceError`; `Interrupted` (a shutdown), any exception
+raised once a shutdown began (SIGTERM, Ctrl-C, `appliance stop --now`: the teardown stops the engine under a
+request in flight, which then ends in RemoteProtocolError) and `StoreBusy` (another process holds the
+store's write lock: nothing can be written, the loop waits) are not failures of the phase and never reach
+here (`Loop._tick` sorts them).
 
 The count is the process's own, on purpose: restarting `appliance run` after fixing the cause continues
 the failed run (`Loop.ensure_run`) with a fresh count, and a success resets it.

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from appliance.attempts import Attempts
+from appliance.attempts import Attempts, describe
 from appliance.config import Settings
 from appliance.control import BEAT_S, Steering, answer_pending, phase_answer
 from appliance.demonstrations import ChatTokenizer
@@ -154,6 +154,13 @@ class Loop:
         except StoreBusy:
             raise  # not the phase's failure, and nothing can be recorded: `tick` waits for the store
         except Exception as e:  # a bug uses up an attempt as an ApplianceError does
+            if self._shutting_down():
+                # the shutdown tears the engine and the sandboxes down under what is in flight (a proposal or
+                # analysis request ends in RemoteProtocolError): its failure is the shutdown's, and counting it
+                # as an attempt failed a run after a few stops that `appliance run` is meant to continue
+                self.event(run.id, "info", f"iteration {current.index}: {current.phase} interrupted (the shutdown "
+                                           f"broke it: {describe(e)}); it goes on at the next start", None, **where)
+                return False
             if self.attempts.failed(self.store, run.id, current.index, str(current.phase), e, self.log):
                 return False
             raise
@@ -186,6 +193,10 @@ class Loop:
         if self.on_stop_now is not None:
             self.on_stop_now()
         return phase_answer(ControlCommand.STOP_NOW, self.progress(), paused=self._held())
+
+    def _shutting_down(self) -> bool:
+        """SIGTERM, Ctrl-C or `appliance stop --now` began: `appliance run` sets these before its teardown."""
+        return self.practice.stopping.is_set() or self.context.stop_now.is_set()
 
     def _stop_requested(self) -> bool:
         """A stop-after-iteration answered since this run last (re)started counts, also across a restart."""
