@@ -47,6 +47,8 @@ def eval_(ctx: click.Context, paths: tuple[Path, ...], version: int | None, base
         harness_settings(settings, harness)  # an unknown name fails before anything starts
     log = (lambda m: echo(m, err=True)) if not as_json else (lambda m: None)
     with open_store(settings) as store, store.loop_lock():
+        if wanted is not None and wanted != store.engine_state()[1]:  # before minutes of validation
+            _refuse_version(store.engine_state()[1], wanted)
         valid, _ = validate_sets(settings, list(paths), log=log)
         for e in valid.excluded:
             echo(f"excluded {e.path}: {e.reason}", err=True)
@@ -59,10 +61,7 @@ def eval_(ctx: click.Context, paths: tuple[Path, ...], version: int | None, base
         with services(settings, store, log=log) as svc:
             served = svc.engine.policy_version
             if wanted is not None and wanted != served:
-                raise ApplianceError(
-                    f"the engine serves policy version {served}, not {wanted}",
-                    "this build measures the version the engine serves: omit --version/--base (serving another "
-                    "version is a later slice of issue 53)")
+                _refuse_version(served, wanted)
 
             def line(r: Any) -> None:
                 if not as_json:
@@ -88,3 +87,9 @@ def eval_(ctx: click.Context, paths: tuple[Path, ...], version: int | None, base
 
     emit(summary, as_json, human)
     sys.exit(0)
+
+
+def _refuse_version(served: int, wanted: int) -> None:
+    raise ApplianceError(f"the engine serves policy version {served}, not {wanted}",
+                         "this build measures the version the engine serves: omit --version/--base (serving "
+                         "another version is a later slice of issue 53)")
