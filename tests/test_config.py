@@ -14,6 +14,18 @@ def test_defaults_follow_the_profile(tmp_path: Path) -> None:
     assert cpu.db_path == tmp_path / "appliance.db"
 
 
+def test_the_cpu_profile_asks_the_bundled_model_for_no_proposals_and_no_analysis(tmp_path: Path) -> None:
+    """On the cpu profile they cost minutes an iteration and gave nothing (issue 49: the settings' help texts);
+    the gpu profile keeps both, and a file turns them back on."""
+    cpu = load_settings(environ={"APPLIANCE_HOME": str(tmp_path)})
+    gpu = load_settings(environ={"APPLIANCE_HOME": str(tmp_path), "APPLIANCE_PROFILE": "gpu"})
+    assert (cpu.loop.propose, cpu.loop.analysis) == (0, False)
+    assert (gpu.loop.propose, gpu.loop.analysis) == (8, True)
+    (tmp_path / "appliance.toml").write_text("[loop]\npropose = 4\nanalysis = true\n")
+    again = load_settings(environ={"APPLIANCE_HOME": str(tmp_path)})
+    assert (again.loop.propose, again.loop.analysis, again.loop.compose) == (4, True, 2)
+
+
 def test_env_overrides_file_overrides_profile(tmp_path: Path) -> None:
     (tmp_path / "appliance.toml").write_text('profile = "gpu"\n[engine]\nport = 9001\ndtype = "float16"\n')
     s = load_settings(environ={"APPLIANCE_HOME": str(tmp_path), "APPLIANCE_ENGINE__PORT": "9002"})

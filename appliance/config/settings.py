@@ -182,7 +182,9 @@ class LoopSettings(Section):
     phase_attempts: int = Field(
         3, ge=1, description="Attempts a phase gets in a row (one a tick) before the run stops as failed with the "
         "cause in its events; `appliance run` continues the run once the cause is fixed.")
-    analysis: bool = Field(True, description="Let the policy write the short analysis in each capability report.")
+    analysis: bool = Field(True, description="Let the policy write the short analysis in each capability report "
+                           "(one greedy call of up to 96 tokens; off on the cpu profile, where it took 60 s and its "
+                           "text was withheld as naming no family).")
     warmstart_first: bool = Field(
         True, description="With demonstrations on, the first iteration of a run that has no trained weights yet "
         "does not practise: its LEARN phase is the warm-start SFT alone, and practice starts from a policy that "
@@ -223,7 +225,8 @@ class LoopSettings(Section):
         "references and verifiers). 0 = off.")
     propose: int = Field(
         8, ge=0, description="Tasks the policy proposes each SYNTHESIZE for the last report's weakest families "
-        "(appliance.tasks.propose), sent at once; validated in isolation like any task. 0 = off.")
+        "(appliance.tasks.propose), sent at once; validated in isolation like any task. 0 = off (the cpu profile: "
+        "the bundled model's proposals parsed 0 of 14, and a round of 8 outlasted the 300 s request timeout).")
     propose_max_tokens: int = Field(512, ge=64, description="Tokens one proposal may take (four fenced sections).")
     propose_temperature: float = Field(
         0.7, ge=0, le=2, description="Sampling temperature of a proposal (greedy gives the same one every round).")
@@ -329,6 +332,13 @@ PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
         # for 1.3x the time. RL keeps SFT's ratio of 1:5 as it had with LoRA.
         "training": {"method": "both", "full_finetune": True, "learning_rate": 3e-5, "sft_learning_rate": 1.5e-4,
                      "micro_batch_size": 1, "max_seq_len": 2048},
+        # What the bundled model writes outside an episode costs minutes an iteration at 1-3 tokens/s and gave
+        # nothing (issue 49). Self-proposal: 0 of 14 proposals parsed (`scripts/bench propose`), no store on
+        # this machine holds a self-proposed task, and the one round asked in a run (8 x 512 tokens) hit the
+        # 300 s request timeout (5.1 min), its retry still waiting 4.4 min later at the stop: none made. The
+        # analysis: 60 s of a 60.3 s DIAGNOSE, its one stored text withheld by the quality gate (it names no
+        # family). Composition (`loop.compose`) adds the tasks here; a larger model (the gpu profile) keeps both.
+        "loop": {"propose": 0, "analysis": False},
     },
     "gpu": {
         # bfloat16 serving against the float32 canary reference, compared by log-probability distance.
