@@ -264,8 +264,9 @@ def default_harnesses() -> dict[str, ExternalHarnessSettings]:
             answer="/tmp/trajectory.json:info.submission",
         ),
         # OpenCode (npm opencode-ai): chat completions with tools through its openai-compatible provider; its
-        # title call names the small model `side` (a side call: proxy.side_models). `opencode run` prints the
-        # final answer alone on stdout (logs go to stderr), kept in a file for question tasks.
+        # side agents (title; summary; compaction, which it runs when a prompt outgrows the context) name the
+        # model `side` (proxy.side_models). `opencode run` prints the final answer alone on stdout (logs go to
+        # stderr), kept in a file for question tasks.
         "opencode": ExternalHarnessSettings(
             recipe="opencode",
             command=["bash", "-o", "pipefail", "-c",
@@ -275,7 +276,8 @@ def default_harnesses() -> dict[str, ExternalHarnessSettings]:
                 '{{"baseURL": "{openai_base_url}", "apiKey": "{api_key}"}}, "models": {{"{model}": {{"name": '
                 '"{model}", "tool_call": true}}, "side": {{"name": "side"}}}}}}}}, "model": "door/{model}", '
                 '"small_model": "door/side", "autoupdate": false, "share": "disabled", '
-                '"agent": {{"build": {{"steps": {max_turns}}}}}}}'),
+                '"agent": {{"build": {{"steps": {max_turns}}}, "compaction": {{"model": "door/side"}}, '
+                '"summary": {{"model": "door/side"}}, "title": {{"model": "door/side"}}}}}}'),
                  "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1",
                  "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
                  "OPENCODE_DISABLE_SHARE": "1", "OPENCODE_DISABLE_CLAUDE_CODE": "1",
