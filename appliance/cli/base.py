@@ -36,6 +36,23 @@ _INERT = ({c: f"\\x{c:02x}" for c in _CONTROLS}
           | {c: f"\\u{c:04x}" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))})
 
 
+@contextmanager
+def sigterm_stops_cleanly() -> Iterator[None]:
+    """SIGTERM (`kill`, a supervisor, a closed SSH session's shell) raises KeyboardInterrupt in the block, so
+    its `finally`s run as on Ctrl-C: the engine (its own process group, which no signal of ours reaches
+    otherwise) is stopped and the sandboxes swept, instead of left running after the command died."""
+    import signal
+
+    def interrupt(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def inert(text: object) -> str:
     """`text` as it may reach a terminal: control characters made visible, newline and tab kept."""
     return str(text).translate(_INERT)

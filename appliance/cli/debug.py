@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from appliance.cli.base import echo, emit, friendly_errors, inert, main, open_store, settings_of
+from appliance.cli.base import echo, emit, friendly_errors, inert, main, open_store, settings_of, sigterm_stops_cleanly
 from appliance.config import Settings
 
 
@@ -39,7 +39,7 @@ def rollout(ctx: click.Context, task_path: Path | None, harness: str, as_json: b
 
         harness_settings(settings, harness)  # an unknown name fails before the engine starts
     with open_store(settings) as store:
-        with services(settings, store, log=lambda m: echo(m, err=True)) as svc:
+        with sigterm_stops_cleanly(), services(settings, store, log=lambda m: echo(m, err=True)) as svc:
             r = new_rollout(store, harness=harness, policy_version=svc.engine.policy_version, purpose="debug")
             result = run_rollout(svc.practice, spec, r)
         calls = store.model_calls(r.id)
@@ -156,18 +156,13 @@ def sandbox_sweep(ctx: click.Context) -> None:
 @friendly_errors
 def serve(ctx: click.Context, port: int | None) -> None:
     """Run the engine and the proxy in the foreground; print base URLs of a fresh debug rollout."""
-    import signal
     import threading
 
     from appliance.app import engine_and_proxy
     from appliance.proxy.debug import open_debug_route
 
-    def interrupt(*_: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)  # `kill` stops the engine as cleanly as Ctrl-C does
     settings = settings_of(ctx)
-    with open_store(settings) as store:
+    with open_store(settings) as store, sigterm_stops_cleanly():
         try:
             with engine_and_proxy(settings, store, log=lambda m: echo(m, err=True), port=port) as running:
                 engine, server = running
@@ -180,8 +175,6 @@ def serve(ctx: click.Context, port: int | None) -> None:
                 threading.Event().wait()
         except KeyboardInterrupt:
             pass
-        finally:
-            signal.signal(signal.SIGTERM, previous)
 
 
 @main.command()

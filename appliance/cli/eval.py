@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from appliance.cli.base import echo, emit, friendly_errors, inert, main, open_store, settings_of
+from appliance.cli.base import echo, emit, friendly_errors, inert, main, open_store, settings_of, sigterm_stops_cleanly
 from appliance.errors import ApplianceError
 
 
@@ -58,7 +58,7 @@ def eval_(ctx: click.Context, paths: tuple[Path, ...], version: int | None, base
                                  f"harness {harness!r} cannot run in yet", "use --harness builtin for them")
         if not valid.specs:
             raise ApplianceError("no task of the set passed validation", "see each exclusion's reason above")
-        with services(settings, store, log=log) as svc:
+        with sigterm_stops_cleanly(), services(settings, store, log=log) as svc:
             served = svc.engine.policy_version
             if wanted is not None and wanted != served:
                 _refuse_version(served, wanted)
