@@ -147,19 +147,14 @@ class Loop:
         self.in_phase = True
         try:
             self.phases[current.phase](self.context, current.index)
-        except Interrupted as e:
-            self.event(run.id, "info", f"iteration {current.index}: {current.phase} interrupted ({e}); it goes on "
-                                       "at the next start", None, **where)
-            return False
         except StoreBusy:
             raise  # not the phase's failure, and nothing can be recorded: `tick` waits for the store
-        except Exception as e:  # a bug uses up an attempt as an ApplianceError does
-            if self._shutting_down():
-                # the shutdown tears the engine and the sandboxes down under what is in flight (a proposal or
-                # analysis request ends in RemoteProtocolError): its failure is the shutdown's, and counting it
-                # as an attempt failed a run after a few stops that `appliance run` is meant to continue
-                self.event(run.id, "info", f"iteration {current.index}: {current.phase} interrupted (the shutdown "
-                                           f"broke it: {describe(e)}); it goes on at the next start", None, **where)
+        except Exception as e:  # a bug uses up an attempt as an ApplianceError does; a shutdown's does not:
+            # what the teardown broke under the phase (the engine stopped under a request) is an interruption
+            if isinstance(e, Interrupted) or self.practice.stopping.is_set() or self.context.stop_now.is_set():
+                cause = e if isinstance(e, Interrupted) else f"the shutdown broke it: {describe(e)}"
+                self.event(run.id, "info", f"iteration {current.index}: {current.phase} interrupted ({cause}); it "
+                                           "goes on at the next start", None, **where)
                 return False
             if self.attempts.failed(self.store, run.id, current.index, str(current.phase), e, self.log):
                 return False
@@ -193,10 +188,6 @@ class Loop:
         if self.on_stop_now is not None:
             self.on_stop_now()
         return phase_answer(ControlCommand.STOP_NOW, self.progress(), paused=self._held())
-
-    def _shutting_down(self) -> bool:
-        """SIGTERM, Ctrl-C or `appliance stop --now` began: `appliance run` sets these before its teardown."""
-        return self.practice.stopping.is_set() or self.context.stop_now.is_set()
 
     def _stop_requested(self) -> bool:
         """A stop-after-iteration answered since this run last (re)started counts, also across a restart."""
