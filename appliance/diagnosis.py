@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from appliance.agent_habits import first_command, habits
+from appliance.errors import Interrupted
 from appliance.lineage import describe_version, start_label
 from appliance.schemas import CapabilityReport, FailureMode, Outcome, Rollout, Task, TaskStatus
 from appliance.store import Store
@@ -247,6 +248,8 @@ def _analysis(report: CapabilityReport, generate_text: Callable[[str], str] | No
               f"Failure counts: {modes}.\nIn two sentences, say what you are weakest at and what to practise next.")
     try:
         return generate_text(prompt).strip()[:1500] or "(the policy wrote nothing)"
+    except Interrupted:  # the shutdown broke the request: DIAGNOSE is redone at the next start, with its analysis
+        raise
     except Exception as e:  # the report must not fail because the engine is busy
         return f"(no analysis: {e})"
 

@@ -3,16 +3,37 @@ synthesis uses. Iteration 0 (the baseline) plans too."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from appliance.curriculum import control
 from appliance.diagnosis import build_report, render_markdown
+from appliance.errors import Interrupted
 from appliance.evaluate import learning_curve
 from appliance.phases.context import PhaseContext
 from appliance.tasks.difficulty import next_levels
 
 
+def _analyst(ctx: PhaseContext) -> Callable[[str], str] | None:
+    """The policy as the report's analysis asks it. A request the engine did not answer leaves the report
+    without an analysis (it says why); one the shutdown broke is an interruption, so that DIAGNOSE is redone
+    at the next start rather than saved, done, without the analysis it would have had."""
+    generate = ctx.generate_text
+    if generate is None or not ctx.settings.loop.analysis:
+        return None
+
+    def write(prompt: str) -> str:
+        try:
+            return generate(prompt)
+        except Exception as e:
+            if ctx.stop_now.is_set() or ctx.practice.stopping.is_set():
+                raise Interrupted(f"the report's analysis ran into the shutdown ({type(e).__name__}: {e})") from e
+            raise
+    return write
+
+
 def diagnose(ctx: PhaseContext, index: int) -> None:
     levels = ctx.levels_after(index)
-    report, _ = build_report(ctx.store, ctx.run_id, index, ctx.generate_text if ctx.settings.loop.analysis else None)
+    report, _ = build_report(ctx.store, ctx.run_id, index, _analyst(ctx))
     if index > 0:
         levels = next_levels(report, levels)
     report.levels = levels  # what the next synthesis uses

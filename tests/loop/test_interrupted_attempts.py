@@ -119,3 +119,24 @@ def test_proposal_requests_the_engine_did_not_answer_leave_synthesize_done(setti
     assert len(calls) == 2 and any(t.source == "self_proposed" for t in store.tasks(run_id))
     said = [e.message for e in store.events(run_id) if e.kind == "synthesize"]
     assert any("1 of 2 proposal requests got no answer (ReadTimeout: timed out)" in m for m in said), said
+
+
+def test_an_analysis_the_shutdown_broke_leaves_diagnose_to_be_redone(settings: Settings, store: Store) -> None:
+    """The report's analysis swallowed any failed request ("(no analysis: ...)") and DIAGNOSE was saved, done:
+    a shutdown under that request left the report without the analysis it would have had, for good."""
+    from appliance.phases.diagnose import diagnose
+
+    settings.loop.iterations, settings.loop.families, settings.loop.analysis = 1, ["files"], True
+    practice = SimpleNamespace(stopping=threading.Event())
+    phases = RecordedPhases()
+    loop = Loop(settings, store, FakeEngine(), practice, log=lambda _: None,  # type: ignore[arg-type]
+                phases=phases, generate_text=stopped_under(practice.stopping.set))
+    store.beat(loop.run.id, os.getpid(), time.time(), None)
+    assert loop.tick()  # the baseline's EVALUATE (recorded)
+    phases[Phase.DIAGNOSE] = diagnose
+    assert loop.tick() is False  # interrupted
+    run_id = loop.run.id
+    it = store.iterations(run_id)[0]
+    assert (it.phase, it.status) == (Phase.DIAGNOSE, IterationStatus.RUNNING)
+    assert store.get_run(run_id).status == RunStatus.RUNNING and loop.attempts.count == 0
+    assert store.report(run_id, 0) is None
