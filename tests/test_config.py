@@ -26,6 +26,18 @@ def test_the_cpu_profile_asks_the_bundled_model_for_no_proposals_and_no_analysis
     assert (again.loop.propose, again.loop.analysis, again.loop.compose) == (4, True, 2)
 
 
+def test_a_harness_table_changes_its_entry_and_adds_beside_the_built_in_ones(tmp_path: Path) -> None:
+    # a partial table replaced the built-in entry (recipe and command required), and a new one every default
+    (tmp_path / "appliance.toml").write_text('[harnesses.opencode]\ntimeout_s = 1800\n\n'
+                                             '[harnesses.mine]\nrecipe = "/srv/mine"\ncommand = ["mine", "{instruction}"]\n')
+    s = load_settings(environ={"APPLIANCE_HOME": str(tmp_path),
+                               "APPLIANCE_HARNESSES__CODEX__TIMEOUT_S": "60"})
+    assert {"mini-swe-agent", "opencode", "claude-code", "codex", "mine"} <= set(s.harnesses)
+    assert s.harnesses["opencode"].timeout_s == 1800 and s.harnesses["opencode"].recipe == "opencode"
+    assert s.harnesses["codex"].timeout_s == 60 and s.harnesses["codex"].recipe == "codex"
+    assert s.harnesses["mine"].command == ["mine", "{instruction}"]
+
+
 def test_env_overrides_file_overrides_profile(tmp_path: Path) -> None:
     (tmp_path / "appliance.toml").write_text('profile = "gpu"\n[engine]\nport = 9001\ndtype = "float16"\n')
     s = load_settings(environ={"APPLIANCE_HOME": str(tmp_path), "APPLIANCE_ENGINE__PORT": "9002"})

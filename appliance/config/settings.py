@@ -391,6 +391,19 @@ class Settings(BaseSettings):
         # init carries the TOML file merged over the profile defaults; the environment wins over both.
         return (env_settings, init_settings)
 
+    @field_validator("harnesses", mode="before")
+    @classmethod
+    def _harnesses_over_the_defaults(cls, given: Any) -> Any:
+        # `[harnesses.opencode] timeout_s = 1800` changes that field of the built-in entry, and `[harnesses.mine]`
+        # adds one beside them: a table replaced the whole entry (recipe and command required) or every default
+        if not isinstance(given, dict):
+            return given
+        merged: dict[str, Any] = {name: h.model_dump() for name, h in default_harnesses().items()}
+        for name, entry in given.items():
+            base = merged.get(name)
+            merged[name] = base | entry if isinstance(base, dict) and isinstance(entry, dict) else entry
+        return merged
+
     @model_validator(mode="after")
     def _lora_rank_fits_the_engine(self) -> Settings:
         self.check_lora_rank()
