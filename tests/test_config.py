@@ -28,8 +28,9 @@ def test_the_cpu_profile_asks_the_bundled_model_for_no_proposals_and_no_analysis
 
 def test_a_harness_table_changes_its_entry_and_adds_beside_the_built_in_ones(tmp_path: Path) -> None:
     # a partial table replaced the built-in entry (recipe and command required), and a new one every default
-    (tmp_path / "appliance.toml").write_text('[harnesses.opencode]\ntimeout_s = 1800\n\n'
-                                             '[harnesses.mine]\nrecipe = "/srv/mine"\ncommand = ["mine", "{instruction}"]\n')
+    (tmp_path / "appliance.toml").write_text(
+        '[harnesses.opencode]\ntimeout_s = 1800\n\n[harnesses.mine]\nrecipe = "/srv/mine"\n'
+        'command = ["mine", "{instruction}"]\n')
     s = load_settings(environ={"APPLIANCE_HOME": str(tmp_path),
                                "APPLIANCE_HARNESSES__CODEX__TIMEOUT_S": "60"})
     assert {"mini-swe-agent", "opencode", "claude-code", "codex", "mine"} <= set(s.harnesses)
