@@ -167,7 +167,9 @@ def test_cpu_variant_runs_doctor_and_a_nested_sandbox(outer: Settings, tmp_path:
         # verifier, exact-token samples
         [task] = json.loads(_run(env, "podman", "exec", name, "appliance", "tasks", "synth", "--family", "files",
                                  "--level", "1", "-n", "1", "--out", "/var/lib/appliance/tasks-out", "--json").stdout)
-        rollout = json.loads(_run(env, "podman", "exec", "-e", "APPLIANCE_HARNESS__MAX_TURNS=2", name, "appliance",
+        # the engine's start is not what this checks: on a loaded machine it passed the 300 s default
+        rollout = json.loads(_run(env, "podman", "exec", "-e", "APPLIANCE_HARNESS__MAX_TURNS=2",
+                                  "-e", "APPLIANCE_ENGINE__STARTUP_TIMEOUT_S=1200", name, "appliance",
                                   "rollout", "--task", task["path"], "--json", timeout=1200).stdout)
         assert rollout["outcome"] in ("success", "failure", "truncated"), rollout
         assert rollout["calls"] >= 1 and rollout["sampled_tokens"] > 0 and rollout["retokenized_tokens"] == 0, rollout
