@@ -1,28 +1,26 @@
-"""`appliance eval`: a set of the user's tasks measured at the policy version the engine serves.
+"""`appliance eval`: a set of the user's tasks measured at a policy version (`--version N`, `--base`) or at
+the one the engine serves.
 
 The rollouts go through the loop's own evaluation path: `practice.run_rollouts` (engine, proxy, sandboxes,
 harness, the verdict), purpose "eval" (the built-in agent samples at `evaluation.temperature`, as the
 loop's evaluation does), and pass@1 with its 95 % Wilson interval is `evaluate.pass_at_1` over (family,
 level) cells, the one definition the held-out curve uses; infra errors count in neither n nor passed and
-are reported apart. The rollouts are stored without a run (group = the evaluation's id) and the summary in
-`eval_sets`, so nothing the loop practises or trains on ever holds them.
-
-Not covered yet (issue 53's later slices): serving a version other than the one the engine serves (the
-engine mints a new version for every weights load), and `evaluation.extra_sets` curves every iteration.
+are reported apart (`evaluate.summarize_set`, which the loop's evaluation of `evaluation.extra_sets` uses
+too). The rollouts are stored without a run (group = the evaluation's id) and the summary in `eval_sets`, so
+nothing the loop practises or trains on ever holds them.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from appliance.evaluate import pass_at_1
+from appliance.evaluate import summarize_set
 from appliance.practice import Practice, new_rollout, run_rollouts
-from appliance.schemas import Outcome, Rollout
+from appliance.schemas import Rollout
 from appliance.store import Store
 from appliance.tasks.format import TaskSpec
 
@@ -58,29 +56,7 @@ def evaluate_set(store: Store, specs: list[TaskSpec], *, policy_version: int, k:
                             purpose="eval", rollout_id=f"{eval_id}.{spec.id}.{j}")
             work.append((spec, r))
     run(work)
-    return summarize(store, eval_id, specs, k)
-
-
-def summarize(store: Store, eval_id: str, specs: list[TaskSpec], k: int) -> dict[str, Any]:
-    by_id = {s.id: s for s in specs}
-    cells: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
-    rows, infra = [], 0
-    for spec in specs:
-        for j in range(k):
-            r = store.get_rollout(f"{eval_id}.{spec.id}.{j}")
-            rows.append({"id": r.id, "task": spec.id, "outcome": r.outcome, "reward": r.reward, "error": r.error})
-            if r.outcome is None:
-                continue
-            if r.outcome == Outcome.INFRA_ERROR:  # no evidence about the policy
-                infra += 1
-                continue
-            cell = cells[(by_id[spec.id].family, by_id[spec.id].difficulty)]
-            cell[0] += 1
-            cell[1] += r.outcome == Outcome.SUCCESS
-    flat = [{"family": f, "difficulty": lvl, "n": n, "passed": p} for (f, lvl), (n, p) in sorted(cells.items())]
-    overall = pass_at_1(flat, k=k, tasks=len(specs))
-    return {"id": eval_id, **overall.as_dict(), "infra_errors": infra,
-            "by_family": pass_at_1(flat, key="family").by_level, "rollouts": rows}
+    return summarize_set(store, eval_id, specs, k)
 
 
 def describe(summary: dict[str, Any]) -> str:

@@ -2,10 +2,11 @@
 the TUI's curves screen (`tui.curves`, as characters).
 
 A `Chart` is a list of `Point`s: held-out pass@1 per iteration with its 95 % Wilson interval (over all
-families, per family, per level), the transfer dev set's the same way, and the trainer's metrics per
-optimizer step (loss, reward, groups with signal, the engine/trainer logprob gap: what `store.add_metrics`
-records). Pass rates come from `evaluate`, the one place that says what pass@1 and its interval are; this
-module only groups them. Drawing is the reader's business: nothing here formats for a screen or a page.
+families, per family, per level), the transfer dev set's and each of `evaluation.extra_sets` the same way,
+and the trainer's metrics per optimizer step (loss, reward, groups with signal, the engine/trainer logprob
+gap: what `store.add_metrics` records). Pass rates come from `evaluate`, the one place that says what pass@1
+and its interval are; this module only groups them. Drawing is the reader's business: nothing here formats
+for a screen or a page.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from appliance.evaluate import devset_curve, learning_curve, wilson
+from appliance.evaluate import devset_curve, extra_set_curves, learning_curve, wilson
 from appliance.store import Store
 
 # (metric name in `metrics`, label): the training signals a reader asks about first
@@ -86,6 +87,18 @@ def devset_chart(store: Store, run_id: str, iteration: int | None = None) -> Cha
         if it <= last and p.n:
             chart.points.append(Point(it, p.pass_at_1, p.low, p.high, f"iteration {it}: {p.describe()}"))
     return chart
+
+
+def extra_set_charts(store: Store, run_id: str, iteration: int | None = None) -> list[Chart]:
+    """Each of the run's `evaluation.extra_sets` (the user's task sets): pass@1 per iteration with its interval."""
+    last = iteration if iteration is not None else math.inf
+    out = []
+    for name, curve in sorted(extra_set_curves(store, run_id).items()):
+        chart = Chart(f"task set {name}", "iteration", percent=True)
+        chart.points = [Point(it, p.pass_at_1, p.low, p.high, f"iteration {it}: {p.describe()}")
+                        for it, p in curve if it <= last and p.n]
+        out.append(chart)
+    return out
 
 
 def training_charts(store: Store, run_id: str) -> list[Chart]:

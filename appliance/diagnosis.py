@@ -336,6 +336,12 @@ def render_curriculum(report: CapabilityReport) -> list[str]:
         for level, c in sorted((ev.get("by_level") or {}).items()):
             lines.append(f"- L{level}: {c['passed']}/{c['n']} = {c['pass_at_1']:.0%} [{c['low']:.0%}, {c['high']:.0%}]")
     lines += render_devset(report)[1:]
+    for x in report.extra_sets:  # evaluation.extra_sets: the user's task sets (issue 53), never trained on
+        lines += ["", f"## Task set {x['name']}: pass@1 with 95 % interval (never trained on)", "",
+                  f"{x['pass_at_1']:.1%} [{x['low']:.1%}, {x['high']:.1%}] ({x['passed']}/{x['n']}) over "
+                  f"{x['tasks']} tasks x k={x['k']}" + (f"; {x['infra_errors']} infra error(s) left out"
+                  if x["infra_errors"] else "") + (f"; {len(x['excluded'])} excluded at its validation"
+                  if x["excluded"] else ""), "- trend: " + " → ".join(f"{t['pass_at_1']:.1%}" for t in x["trend"])]
     if report.decisions:
         lines += ["", "## Controller decisions", ""]
         lines += [f"- {f}: {d['reason']}" for f, d in sorted(report.decisions.items())]

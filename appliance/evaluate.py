@@ -25,24 +25,35 @@ baseline evaluates the prefix of max(`evaluation.baseline_devset_tasks`, `devset
 held-out set left of the same allowance (share / (1 - share) of the time before EVALUATE), all of it when that
 fits, else a prefix of `spread(...)` (balanced over category and difficulty) of at least
 `evaluation.devset_min_tasks`.
+
+The task sets the user brings (`evaluation.extra_sets`, `evaluate_extra_sets`) come last: validated by oracle
+at the run's first evaluation of each set, then every valid task, k rollouts each, each time (outside the
+budget), pass@1 with the same interval (`summarize_set`, which `appliance eval` uses too). Their rollouts
+belong to no run and their results live in `eval_sets`, so neither the loop's training nor any reader of the
+held-out cells ever sees them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from appliance.config import Settings
-from appliance.errors import EvaluationError
+from appliance.errors import ApplianceError, EvaluationError
 from appliance.schemas import Outcome, Rollout, Split, Task, TaskStatus
 from appliance.store import Store
 from appliance.tasks.difficulty import wilson
 
-__all__ = ["PassAt1", "budget_tasks", "devset_curve", "evaluate_devset", "evaluate_heldout", "learning_curve",
-           "pass_at_1", "wilson"]
+if TYPE_CHECKING:
+    from appliance.tasks import TaskSpec
+
+__all__ = ["PassAt1", "budget_tasks", "devset_curve", "evaluate_devset", "evaluate_extra_sets", "evaluate_heldout",
+           "extra_set_curves", "extra_sets_block", "learning_curve", "pass_at_1", "summarize_set", "wilson"]
 
 
 @dataclass
@@ -307,3 +318,112 @@ def _categories(store: Store, run_id: str) -> list[str]:
 
     seen = {category(t.family) for t in store.tasks(run_id, split=Split.DEV)}
     return sorted(seen | set(CATEGORIES))
+
+
+# --- the task sets the user brings (evaluation.extra_sets) ---------------------------------------------------
+# (specs, exclusions as {"path", "reason"}) of one set; True: validated by oracle (the run's first evaluation)
+LoadSet = Callable[[Path, bool], "tuple[list[TaskSpec], list[dict[str, str]]]"]
+
+
+def summarize_set(store: Store, eval_id: str, specs: list[TaskSpec], k: int) -> dict[str, Any]:
+    """pass@1 with its interval over the rollouts `{eval_id}.{task}.{j}` (k a task), per level and family;
+    infra errors count in neither n nor passed and are counted apart. `appliance eval`'s figures and an extra
+    set's in the loop are this one function."""
+    cells: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
+    rows, infra = [], 0
+    for spec in specs:
+        for j in range(k):
+            r = store.get_rollout(f"{eval_id}.{spec.id}.{j}")
+            rows.append({"id": r.id, "task": spec.id, "outcome": r.outcome, "reward": r.reward, "error": r.error})
+            if r.outcome is None:
+                continue
+            if r.outcome == Outcome.INFRA_ERROR:  # no evidence about the policy
+                infra += 1
+                continue
+            cell = cells[(spec.family, spec.difficulty)]
+            cell[0] += 1
+            cell[1] += r.outcome == Outcome.SUCCESS
+    flat = [{"family": f, "difficulty": lvl, "n": n, "passed": p} for (f, lvl), (n, p) in sorted(cells.items())]
+    overall = pass_at_1(flat, k=k, tasks=len(specs))
+    return {"id": eval_id, **overall.as_dict(), "infra_errors": infra,
+            "by_family": pass_at_1(flat, key="family").by_level, "rollouts": rows}
+
+
+def extra_set_id(run_id: str, iteration: int, name: str) -> str:
+    """A run's evaluation of one extra set (its rollouts' group and id prefix): the set as a short hash, since
+    the id names workspace folders and the set's name is a path."""
+    return f"{run_id}.x{iteration}.{hashlib.sha256(name.encode()).hexdigest()[:10]}"
+
+
+def evaluate_extra_sets(store: Store, settings: Settings, run_id: str, iteration: int, policy_version: int, *,
+                        harness: str, run_pending: Callable[[list[tuple[Any, str]]], None],
+                        new_rollout: Callable[..., Rollout], load: LoadSet) -> list[dict[str, Any]]:
+    """EVALUATE's last part: each set of `evaluation.extra_sets`, its valid tasks k times each (resumable:
+    finished rollouts are not run again), stored as the run's `eval_sets` row of the iteration. A set is
+    validated by oracle at the run's first evaluation of it; later ones load it again (environments are cached
+    by content) and keep the tasks that passed then, so every point of its curve measures the same tasks (a
+    task that has gone since is named under "missing"). A set that cannot be read is skipped, with why
+    (`error`), not the phase's failure: the held-out curve must not stop for it."""
+    ev = settings.evaluation
+    k = ev.extra_samples_per_task or ev.samples_per_task
+    out: list[dict[str, Any]] = []
+    for path in ev.extra_sets:
+        name = str(path)
+        earlier = store.run_eval_sets(run_id, name)
+        try:
+            if earlier:
+                first = earlier[0]["summary"]
+                valid, excluded = list(first["valid"]), list(first["excluded"])
+                specs = [s for s in load(Path(path), False)[0] if s.id in valid]
+            else:
+                specs, excluded = load(Path(path), True)
+                valid = [s.id for s in specs]
+        except ApplianceError as e:
+            out.append({"name": name, "iteration": iteration, "error": e.message})
+            continue
+        eval_id = extra_set_id(run_id, iteration, name)
+        work = []
+        for spec in specs:
+            for j in range(k):
+                r = new_rollout(store, harness=harness, policy_version=policy_version, task_id=spec.id,
+                                group_id=eval_id, iteration=iteration, purpose="eval",
+                                rollout_id=f"{eval_id}.{spec.id}.{j}")
+                if r.outcome == Outcome.INFRA_ERROR:  # an earlier attempt's: the machine failed it, not the policy
+                    store.redraw_rollout(r.id)
+                work.append((spec, r.id))
+        run_pending(work)
+        summary = {**summarize_set(store, eval_id, specs, k), "name": name, "iteration": iteration,
+                   "policy_version": policy_version, "valid": valid, "excluded": excluded,
+                   "missing": sorted(set(valid) - {s.id for s in specs})}
+        store.add_eval_set(eval_id, paths=[name], policy_version=policy_version, harness=harness, k=k,
+                           summary=summary, run_id=run_id, iteration=iteration, name=name)
+        out.append(summary)
+    return out
+
+
+def extra_set_curves(store: Store, run_id: str) -> dict[str, list[tuple[int, PassAt1]]]:
+    """Each extra set's (iteration, pass@1 with interval and per level) over the run, by set name."""
+    out: dict[str, list[tuple[int, PassAt1]]] = defaultdict(list)
+    for row in store.run_eval_sets(run_id):
+        s = row["summary"]
+        out[row["name"]].append((row["iteration"], PassAt1(int(s["passed"]), int(s["n"]), s["low"], s["high"],
+                                                           int(s["tasks"]), int(s["k"]), s.get("by_level", {}))))
+    return dict(out)
+
+
+def extra_sets_block(store: Store, run_id: str, iteration: int) -> list[dict[str, Any]]:
+    """The report's block: each extra set evaluated at `iteration`, its figures and its trend so far."""
+    out = []
+    for name, curve in extra_set_curves(store, run_id).items():
+        now = dict(curve).get(iteration)
+        if now is None:
+            continue
+        row = store.run_eval_sets(run_id, name)
+        first = row[0]["summary"]
+        this = next(r["summary"] for r in row if r["iteration"] == iteration)
+        out.append({"name": name, **now.as_dict(), "infra_errors": this.get("infra_errors", 0),
+                    "policy_version": this.get("policy_version"), "excluded": first.get("excluded", []),
+                    "missing": this.get("missing", []),
+                    "trend": [{"iteration": it, "pass_at_1": p.pass_at_1, "low": p.low, "high": p.high, "n": p.n}
+                              for it, p in curve if it <= iteration]})
+    return out

@@ -84,6 +84,7 @@ def render_page(store: Store, run_id: str, report: CapabilityReport, markdown: s
     curve, families, levels = heldout_charts(store, run_id, iteration)
     training = training_charts(store, run_id)
     dev = devset_chart(store, run_id, iteration)
+    extra = [c for c in extra_set_charts(store, run_id, iteration) if c.points]  # evaluation.extra_sets
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{esc(f'appliance report: run {run_id}, iteration {iteration}')}</title>",
@@ -96,8 +97,11 @@ def render_page(store: Store, run_id: str, report: CapabilityReport, markdown: s
         '<h3>Per family</h3><div class="grid">', *(svg_chart(c) for c in families), "</div>",
         '<h3>Per level</h3><div class="grid">', *(svg_chart(c) for c in levels), "</div>",
         ('<h3>Transfer dev set</h3>' + svg_chart(dev)) if dev.points else "",
+        ('<h3 id="extra-sets">Your task sets (evaluation.extra_sets, never trained on)</h3><div class="grid">'
+         + "".join(svg_chart(c) for c in extra) + "</div>") if extra else "",
         '<h2 id="training">Training over optimizer steps</h2>',
         '<div class="grid">', *(svg_chart(c) for c in training), "</div>",
+        signal_html(store, run_id, iteration),
         '<hr><div class="report">', markdown_html(body), analysis_html(analysis) if analysis else "", "</div>",
         "</body></html>",
     ]

@@ -1,8 +1,10 @@
-"""The evaluation section of the settings tree: how EVALUATE measures held-out pass@1 and the transfer dev set
-(k, sampling, the budget, the baseline's balanced prefixes; `appliance.evaluate` reads it)."""
+"""The evaluation section of the settings tree: how EVALUATE measures held-out pass@1, the transfer dev set and
+the task sets the user brings (k, sampling, the budget, the baseline's balanced prefixes; `appliance.evaluate`
+reads it)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -46,3 +48,14 @@ class EvaluationSettings(Section):
         True, description="Evaluate the policy the warm-start SFT alone trained (iteration 1 under "
         "loop.warmstart_first). Off: that EVALUATE is skipped and its minutes go to practice and training; the next "
         "evaluation measures warm-start and practice together (what a time-boxed run wants).")
+    extra_sets: list[Path] = Field(
+        default_factory=list, description="Task sets you bring, measured at the baseline and after every iteration "
+        "beside the held-out set and the dev set, each with its own curve and 95 % interval (report, TUI, HTML "
+        "report): task directories or folders of them in any format `appliance eval` reads (the appliance's own, "
+        "Harbor, Terminal-Bench 1). Validated by oracle once, at a run's first evaluation of the set (each exclusion "
+        "named with its reason); then every valid task is evaluated each time, outside evaluation.budget_share. "
+        "Never practised or trained on: their rollouts belong to no run. A relative path is read from the "
+        "directory the appliance runs in.")
+    extra_samples_per_task: int | None = Field(
+        None, ge=1, description="Rollouts per task of each extra set (k) at every evaluation; None: "
+        "samples_per_task.")

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from appliance.curriculum import control
 from appliance.diagnosis import build_report, render_markdown
 from appliance.errors import Interrupted
-from appliance.evaluate import learning_curve
+from appliance.evaluate import extra_sets_block, learning_curve
 from appliance.phases.context import PhaseContext
 from appliance.tasks.difficulty import next_levels
 
@@ -34,6 +34,7 @@ def _analyst(ctx: PhaseContext) -> Callable[[str], str] | None:
 def diagnose(ctx: PhaseContext, index: int) -> None:
     levels = ctx.levels_after(index)
     report, _ = build_report(ctx.store, ctx.run_id, index, _analyst(ctx))
+    report.extra_sets = extra_sets_block(ctx.store, ctx.run_id, index)  # the user's task sets (issue 53)
     if index > 0:
         levels = next_levels(report, levels)
     report.levels = levels  # what the next synthesis uses

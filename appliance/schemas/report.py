@@ -53,6 +53,9 @@ class CapabilityReport:
     self_proposal: dict[str, int] = field(default_factory=dict)
     model: dict[str, Any] | None = None  # which model: base, lineage, version described
     devset: dict[str, Any] | None = None  # the transfer dev set's block; None: not evaluated this iteration
+    # evaluation.extra_sets measured this iteration (evaluate.extra_sets_block): per set its pass@1, interval,
+    # exclusions and trend; empty: none configured (or a report written before they existed)
+    extra_sets: list[dict[str, Any]] = field(default_factory=list)
     # the policy's own words, or why there are none (a text in parentheses)
     analysis: str = ""
     analysis_withheld: dict[str, str] | None = None  # {"text", "why"} when the analysis failed its check

@@ -269,3 +269,18 @@ def m014_eval_sets(db: sqlite_utils.Database) -> None:
             k INTEGER NOT NULL, summary TEXT NOT NULL, created_at REAL NOT NULL);
         """
     )
+
+
+@migrations()
+def m015_eval_sets_of_runs(db: sqlite_utils.Database) -> None:
+    # evaluation.extra_sets (issue 53): a run measures the user's task sets at each evaluation; each is an
+    # eval_sets row of that run and iteration (name = the set's path as configured). Its rollouts still
+    # belong to no run (run_id NULL), so nothing the loop practises or trains on can hold them. NULL run_id:
+    # an `appliance eval` row.
+    db.executescript(
+        """
+        ALTER TABLE eval_sets ADD COLUMN run_id TEXT;
+        ALTER TABLE eval_sets ADD COLUMN iteration INTEGER;
+        ALTER TABLE eval_sets ADD COLUMN name TEXT;
+        CREATE INDEX eval_sets_of_runs ON eval_sets (run_id, name, iteration);
+        """)

@@ -1,5 +1,6 @@
 """Curves: the run's held-out pass@1 over iterations as a character chart, each point's 95 % Wilson interval
-drawn as a vertical bar; the transfer dev set's the same way when the run evaluated it; pass@1 per level
+drawn as a vertical bar; the transfer dev set's the same way when the run evaluated it, and each task set
+of `evaluation.extra_sets` (the block is hidden when the run has none); pass@1 per level
 and per family (first → last, a sparkline, the last interval); the trainer's metrics over optimizer steps.
 
 The points are `appliance.charts`' (the HTML report draws the same ones as SVG), so the two never disagree.
@@ -17,7 +18,7 @@ from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.widgets import Static
 
-from appliance.charts import Chart, Point, devset_chart, heldout_charts, training_charts
+from appliance.charts import Chart, Point, devset_chart, extra_set_charts, heldout_charts, training_charts
 from appliance.tui.base import Context, PollingScreen, plain, run_title
 from appliance.tui.overview import SPARKS, sparkline
 
@@ -28,7 +29,7 @@ MAX_SLOT = 6  # columns per iteration at most: a few iterations still spread ove
 SPARK_WIDTH = 16  # per family and level
 TRAIN_SPARK = 24  # per training metric; more steps than this are averaged into bins
 NAME = 18  # a family or level name; longer ones are cut
-FIELDS = ("heldout", "dev", "levels", "families", "training")
+FIELDS = ("heldout", "dev", "extra", "levels", "families", "training")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,7 @@ class CurvesData:
     title: str
     heldout: Content
     dev: Content
+    extra: Content  # the user's task sets; empty: none evaluated (the block is hidden)
     levels: Content
     families: Content
     training: Content
@@ -48,7 +50,9 @@ class CurvesScreen(PollingScreen):
         yield from self.compose_title()
         with VerticalScroll(id="curves"):
             for name in FIELDS:
-                yield Static("", id=f"cv-{name}", classes="block")
+                block = Static("", id=f"cv-{name}", classes="block")
+                block.display = name != "extra"  # shown once the run has a task set's point
+                yield block
         yield from self.compose_footer()
 
     def load(self, ctx: Context) -> CurvesData:
@@ -64,6 +68,7 @@ class CurvesScreen(PollingScreen):
             rate_chart(curve, width, ROWS),
             rate_chart(dev, width, DEV_ROWS) if dev.points else
             Content.assemble((dev.title, "bold"), "  ", ("not evaluated in this run", "dim")),
+            Content("\n\n").join([rate_chart(c, width, DEV_ROWS) for c in extra_set_charts(store, run_id)]),
             breakdown("per level", levels), breakdown("per family", families),
             training(training_charts(store, run_id)))
 
@@ -71,6 +76,7 @@ class CurvesScreen(PollingScreen):
         self.set_title(data.title)
         for name in FIELDS:
             self.query_one(f"#cv-{name}", Static).update(getattr(data, name))  # each widget shows its field
+        self.query_one("#cv-extra", Static).display = bool(data.extra.plain)
 
 
 def rate_chart(chart: Chart, width: int, rows: int) -> Content:
