@@ -23,7 +23,7 @@ import re
 import time
 from pathlib import Path
 
-from appliance.charts import Chart, devset_chart, heldout_charts, training_charts
+from appliance.charts import Chart, devset_chart, extra_set_charts, heldout_charts, training_charts
 from appliance.errors import ApplianceError
 from appliance.schemas import CapabilityReport
 from appliance.store import Store
@@ -101,7 +101,6 @@ def render_page(store: Store, run_id: str, report: CapabilityReport, markdown: s
          + "".join(svg_chart(c) for c in extra) + "</div>") if extra else "",
         '<h2 id="training">Training over optimizer steps</h2>',
         '<div class="grid">', *(svg_chart(c) for c in training), "</div>",
-        signal_html(store, run_id, iteration),
         '<hr><div class="report">', markdown_html(body), analysis_html(analysis) if analysis else "", "</div>",
         "</body></html>",
     ]
