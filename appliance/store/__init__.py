@@ -7,6 +7,7 @@ each a module of its own over the same connection base (`db.Database`: connectio
 migration, backup):
 
     schema          the migrations m001..., applied in order
+    lean_sqlite_utils  sqlite_utils imported without pandas (every command that opens the store pays for it)
     records         rows to typed records and back (packed token arrays, JSON columns)
     runs            runs, iterations, control requests
     tasks           the task pool, validations, the training pool

@@ -18,9 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import sqlite_utils
-
 from appliance.errors import LoopLocked, StoreBusy, StoreError, StoreFull
+from appliance.store.lean_sqlite_utils import sqlite_utils
 from appliance.store.schema import migrations
 
 BUSY_TIMEOUT_MS = 30_000

@@ -7,8 +7,12 @@ store that records a migration this build does not know).
 
 from __future__ import annotations
 
-import sqlite_utils
+from typing import TYPE_CHECKING
+
 from sqlite_migrate import Migrations
+
+if TYPE_CHECKING:  # at run time `db` imported it already, without pandas (lean_sqlite_utils)
+    import sqlite_utils
 
 migrations = Migrations("appliance")
 
