@@ -24,7 +24,7 @@ import re
 import shutil
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -119,7 +119,8 @@ def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> Rollout
         if own and image:
             raise _Infra(f"task {spec.id} has its own environment; harness {rollout.harness!r} brings another "
                          "image: such tasks run with the built-in harness for now")
-        with practice.pool.start(workspace=workspace, image=image or own, door=door,
+        memory = harness_settings(settings, rollout.harness).memory if image else None  # its own program's
+        with practice.pool.start(workspace=workspace, image=image or own, door=door, memory=memory,
                                  labels={"appliance.rollout": rollout.id}) as sb:
             if spec.setup.strip():
                 setup = sb.exec(spec.setup, timeout=spec.limits.setup_timeout_s)
@@ -135,8 +136,10 @@ def run_rollout(practice: Practice, spec: TaskSpec, rollout: Rollout) -> Rollout
                                    max_turns=min(settings.harness.max_turns, spec.limits.max_turns),
                                    command_timeout_s=min(settings.harness.command_timeout_s,
                                                          spec.limits.command_timeout_s))
-                turns = len([c for c in store.model_calls(rollout.id) if c.status == "ok"])
-                episode = external_episode(ext.exit_code, ext.timed_out, turns, ext.stderr)
+                calls = store.model_calls(rollout.id)
+                turns = len([c for c in calls if c.status == "ok"])
+                episode = external_episode(ext.exit_code, ext.timed_out, turns, ext.stderr,
+                                           [c for c in calls if c.status not in ("side", "count")])
                 answer = ext.answer
         if episode.infra_error:
             raise _Infra(f"{episode.end_reason}: {episode.error or ''}".strip())
@@ -207,16 +210,29 @@ class _Infra(Exception):
     """A failure the machine caused; recorded as infra_error with this message as the cause."""
 
 
-def external_episode(exit_code: int, timed_out: bool, turns: int, stderr: str) -> Episode:
+def external_episode(exit_code: int, timed_out: bool, turns: int, stderr: str,
+                     calls: Sequence[ModelCall] = ()) -> Episode:
     """How a third-party harness's run ended; raises _Infra when the harness itself failed."""
     if timed_out:
         return Episode(EndReason.TIME_LIMIT, turns, [])
+    if exit_code != 0 and calls and context_refused(calls[-1]):
+        if turns > 0:  # its own turns filled the context: the agent's overflow, truncated as the built-in's is
+            return Episode(EndReason.CONTEXT_OVERFLOW, turns, [])
+        raise _Infra("the harness's first prompt is longer than the engine's context: "
+                     f"{(calls[-1].error or '')[:200]}; raise engine.max_model_len (and its [harnesses.NAME] "
+                     "context_tokens)")
     if exit_code != 0:  # a crashed harness, before or after its model calls: not the policy's doing
         raise _Infra(f"harness exited {exit_code} after {turns} model call(s): {stderr.strip()[-300:]}")
     return Episode(EndReason.SUBMITTED, turns, [])
 
 
 _ENGINE_STATUS = re.compile(r"engine answered (\d+)")
+
+
+def context_refused(call: ModelCall) -> bool:
+    """The engine refused this call because prompt and max_tokens do not fit its context (vLLM's 400)."""
+    status = _ENGINE_STATUS.match(call.error or "")
+    return status is not None and status.group(1) == "400" and "maximum context length" in (call.error or "")
 
 
 def engine_failed(call: ModelCall) -> bool:

@@ -35,9 +35,10 @@ def rollout(ctx: click.Context, task_path: Path | None, harness: str, as_json: b
     settings = settings_of(ctx)
     spec = load_task(task_path)
     if harness != "builtin":
-        from appliance.harness.external import harness_settings
+        from appliance.harness.external import fit_context
 
-        harness_settings(settings, harness)  # an unknown name fails before the engine starts
+        # an unknown name, or a harness whose first prompt the model cannot serve, fails before the engine starts
+        settings = fit_context(settings, harness, log=lambda m: echo(m, err=True))
     with open_store(settings) as store:
         with sigterm_stops_cleanly(), services(settings, store, log=lambda m: echo(m, err=True)) as svc:
             r = new_rollout(store, harness=harness, policy_version=svc.engine.policy_version, purpose="debug")

@@ -12,6 +12,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from appliance.config.evaluation import EvaluationSettings
+from appliance.config.harnesses import ExternalHarnessSettings, default_harnesses
 from appliance.config.section import Section
 from appliance.config.training import TrainingSettings
 from appliance.errors import ConfigError
@@ -179,6 +180,11 @@ class LoopSettings(Section):
         "iteration starts without that time, and the last evaluation runs past it. None: no deadline.")
     train_reserve_s: float = Field(900.0, gt=0, description="A LEARN's time under a deadline, until one has run.")
     tick_s: float = Field(2.0, gt=0, description="How often the scheduler calls the loop's reconciler.")
+    nice: int = Field(
+        5, ge=0, le=19, description="The nice value `appliance run` does its work at (the loop, and the engine, "
+        "trainer and sandboxes it starts): an operator's `appliance pause` or TUI gets the CPU first on a busy "
+        "machine (beside a training loop on 2 cores a command took 9-13 s, most of it waiting for a core); 0 = the "
+        "priority it was started with. A higher nice it was started with is kept.")
     phase_attempts: int = Field(
         3, ge=1, description="Attempts a phase gets in a row (one a tick) before the run stops as failed with the "
         "cause in its events; `appliance run` continues the run once the cause is fixed.")
@@ -230,91 +236,6 @@ class LoopSettings(Section):
     propose_max_tokens: int = Field(512, ge=64, description="Tokens one proposal may take (four fenced sections).")
     propose_temperature: float = Field(
         0.7, ge=0, le=2, description="Sampling temperature of a proposal (greedy gives the same one every round).")
-
-
-class ExternalHarnessSettings(Section):
-    recipe: str = Field(description="Recipe folder (Containerfile, requirements.txt, package.txt): a name under "
-                        "appliance/harness/images or an absolute path.")
-    command: list[str] = Field(description="Command line run in /workspace. Placeholders: {instruction}, "
-                               "{openai_base_url}, {anthropic_base_url}, {base_url}, {api_key}, {model}, {max_turns}, "
-                               "{command_timeout_s} (whole seconds: the task's limit of one command, capped by "
-                               "harness.command_timeout_s).")
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment (same placeholders).")
-    timeout_s: float = Field(900.0, gt=0, description="Wall time of one episode of this harness.")
-    at_init: bool = Field(True, description="Build this harness's image at `appliance init`; off: at its first "
-                          "rollout (a harness most runs never use, or one whose packages the machine cannot fetch at "
-                          "init, such as npm ones inside the product container, which has no npm).")
-    answer: str = Field("", description="Where the harness leaves the final answer it submits with (a question "
-                        "task's answer): `PATH:dotted.key` of a JSON file inside the sandbox, `PATH` of a text file, "
-                        "or empty when it leaves none.")
-
-
-def default_harnesses() -> dict[str, ExternalHarnessSettings]:
-    return {
-        "mini-swe-agent": ExternalHarnessSettings(
-            recipe="mini-swe-agent",
-            command=["python3", "-m", "minisweagent.run.mini", "-c", "mini_textbased.yaml",
-                     "-c", "model.model_kwargs.api_base={openai_base_url}",
-                     "-c", "model.model_kwargs.api_key={api_key}", "-c", "agent.step_limit={max_turns}",
-                     "-c", "environment.cwd=/workspace", "-c", "environment.timeout={command_timeout_s}",
-                     "-m", "openai/{model}", "--model-class", "litellm_textbased", "-l", "0",
-                     "-t", "{instruction}", "--yolo", "--exit-immediately", "-o", "/tmp/trajectory.json"],
-            env={"OPENAI_API_KEY": "{api_key}", "OPENAI_BASE_URL": "{openai_base_url}"},
-            # what follows its submit command's first output line
-            answer="/tmp/trajectory.json:info.submission",
-        ),
-        # OpenCode (npm opencode-ai): chat completions with tools through its openai-compatible provider; its
-        # side agents (title; summary; compaction, which it runs when a prompt outgrows the context) name the
-        # model `side` (proxy.side_models). `opencode run` prints the final answer alone on stdout (logs go to
-        # stderr), kept in a file for question tasks.
-        "opencode": ExternalHarnessSettings(
-            recipe="opencode",
-            command=["bash", "-o", "pipefail", "-c",
-                     '/opt/harness/bin/opencode run "$1" | tee /tmp/opencode-answer.txt', "opencode", "{instruction}"],
-            env={"OPENCODE_CONFIG_CONTENT": (
-                '{{"provider": {{"door": {{"npm": "@ai-sdk/openai-compatible", "name": "door", "options": '
-                '{{"baseURL": "{openai_base_url}", "apiKey": "{api_key}"}}, "models": {{"{model}": {{"name": '
-                '"{model}", "tool_call": true}}, "side": {{"name": "side"}}}}}}}}, "model": "door/{model}", '
-                '"small_model": "door/side", "autoupdate": false, "share": "disabled", '
-                '"agent": {{"build": {{"steps": {max_turns}}}, "compaction": {{"model": "door/side"}}, '
-                '"summary": {{"model": "door/side"}}, "title": {{"model": "door/side"}}}}}}'),
-                 "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1",
-                 "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
-                 "OPENCODE_DISABLE_SHARE": "1", "OPENCODE_DISABLE_CLAUDE_CODE": "1",
-                 "OPENCODE_EXPERIMENTAL_BASH_DEFAULT_TIMEOUT_MS": "{command_timeout_s}000"},
-            answer="/tmp/opencode-answer.txt",
-            at_init=False,  # ~185 MB from npm, and the product container has no npm: built at its first rollout
-        ),
-        # Claude Code (npm @anthropic-ai/claude-code): Anthropic Messages with tool_use blocks, streamed; its
-        # small ("haiku") model is named `side`. `claude -p` prints the final answer alone on stdout.
-        "claude-code": ExternalHarnessSettings(
-            recipe="claude-code",
-            command=["bash", "-o", "pipefail", "-c", '/opt/harness/bin/claude -p "$1" --max-turns "$2" '
-                     '--dangerously-skip-permissions --output-format text | tee /tmp/claude-answer.txt', "claude",
-                     "{instruction}", "{max_turns}"],
-            env={"ANTHROPIC_BASE_URL": "{anthropic_base_url}", "ANTHROPIC_API_KEY": "{api_key}",
-                 "ANTHROPIC_MODEL": "{model}", "ANTHROPIC_DEFAULT_HAIKU_MODEL": "side",
-                 "ANTHROPIC_SMALL_FAST_MODEL": "side", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-                 "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1",
-                 "BASH_DEFAULT_TIMEOUT_MS": "{command_timeout_s}000", "BASH_MAX_TIMEOUT_MS": "{command_timeout_s}000"},
-            answer="/tmp/claude-answer.txt",
-            at_init=False,  # ~430 MB from npm, and the product container has no npm: built at its first rollout
-        ),
-        # Codex CLI (npm @openai/codex): the OpenAI Responses API, streamed, with function tools (exec_command;
-        # it edits files with apply_patch through it). `codex exec -o FILE` writes its last message there.
-        "codex": ExternalHarnessSettings(
-            recipe="codex",
-            command=["/opt/harness/bin/codex", "exec", "--skip-git-repo-check",
-                     # the sandbox is the isolation: Codex's own (Landlock, seccomp) cannot nest inside it
-                     "--dangerously-bypass-approvals-and-sandbox", "-c", "model_provider=door",
-                     "-c", 'model_providers.door={{name="door",base_url="{openai_base_url}",env_key="DOOR_API_KEY",'
-                     'wire_api="responses"}}', "-c", "check_for_update_on_startup=false",
-                     "-c", "analytics.enabled=false", "-m", "{model}", "-o", "/tmp/codex-answer.txt", "{instruction}"],
-            env={"DOOR_API_KEY": "{api_key}"},
-            answer="/tmp/codex-answer.txt",
-            at_init=False,  # ~320 MB from npm, and the product container has no npm: built at its first rollout
-        ),
-    }
 
 
 PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -407,6 +328,18 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _lora_rank_fits_the_engine(self) -> Settings:
         self.check_lora_rank()
+        return self
+
+    @model_validator(mode="after")
+    def _practice_harness_fits_the_engine(self) -> Settings:
+        # a tool harness's first prompt over the served context fails every rollout as an infra error
+        h = self.harnesses.get(self.loop.harness)
+        if h is not None and h.context_tokens > self.engine.max_model_len:
+            raise ConfigError(
+                f"loop.harness {self.loop.harness} needs a served context of {h.context_tokens} tokens ([harnesses."
+                f"{self.loop.harness}] context_tokens), engine.max_model_len is {self.engine.max_model_len}",
+                f"set engine.max_model_len = {h.context_tokens} (the bundled model serves up to 8192), or practise "
+                "with a harness whose first prompt is shorter")
         return self
 
     def check_lora_rank(self) -> None:

@@ -53,6 +53,34 @@ def harness_settings(settings: Settings, name: str) -> ExternalHarnessSettings:
                           f"choose one of: {choices} (or add [harnesses.{name}])") from None
 
 
+def fit_context(settings: Settings, name: str, log: Callable[[str], None] = print) -> Settings:
+    """Settings whose engine serves the context harness `name` declares it needs (`context_tokens`): raised
+    for this command where the model's own context allows it; refused before anything starts where it does not.
+    A harness's first prompt is its system prompt and tool schemas: several thousand tokens before any turn."""
+    need, served = harness_settings(settings, name).context_tokens, settings.engine.max_model_len
+    if need <= served:
+        return settings
+    own = model_context(settings.model_path)
+    if own is not None and need > own:
+        raise ConfigError(
+            f"harness {name} needs a served context of {need} tokens ([harnesses.{name}] context_tokens: its first "
+            f"prompt, the proxy's max_tokens and room for a few turns); engine.max_model_len is {served} and the "
+            f"model's own context is {own}",
+            f"serve a model with a longer context (engine.model), or offer the harness fewer tools in "
+            f"[harnesses.{name}] command and lower its context_tokens to what its first prompt then needs")
+    log(f"serving {need} tokens of context for harness {name} (engine.max_model_len is {served})")
+    return settings.model_copy(update={"engine": settings.engine.model_copy(update={"max_model_len": need})})
+
+
+def model_context(folder: Path) -> int | None:
+    """The context the model was trained for (config.json's max_position_embeddings), or None if unknown."""
+    try:
+        value = json.loads((folder / "config.json").read_text()).get("max_position_embeddings")
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, int) else None
+
+
 def recipe_dir(spec: ExternalHarnessSettings) -> Path:
     path = Path(spec.recipe)
     path = path if path.is_absolute() else IMAGES_DIR / path

@@ -7,7 +7,7 @@ from typing import Any
 
 from appliance.config import Settings
 from appliance.sandbox.podman import sweep
-from appliance.sandbox.sandbox import Sandbox
+from appliance.sandbox.sandbox import Sandbox, _size_bytes, workspace_bytes
 
 
 class SandboxPool:
@@ -24,13 +24,24 @@ class SandboxPool:
         if sweep_orphans:
             sweep(settings, orphans_only=True)
 
-    def start(self, **kwargs: Any) -> Sandbox:
-        """Same arguments as `Sandbox.start` (minus settings); the slot frees when the sandbox stops."""
+    def start(self, memory: str | None = None, **kwargs: Any) -> Sandbox:
+        """Same arguments as `Sandbox.start` (minus settings); the slot frees when the sandbox stops. `memory`:
+        a larger limit than sandbox.memory for what runs in this one (a harness's own program)."""
         self._slots.acquire()
         try:
-            sb = Sandbox.start(self.settings, **kwargs)
+            sb = Sandbox.start(with_memory(self.settings, memory), **kwargs)
         except BaseException:
             self._slots.release()
             raise
         sb.on_stop.append(self._slots.release)
         return sb
+
+
+
+def with_memory(settings: Settings, memory: str | None) -> Settings:
+    """`settings` with sandbox.memory raised to `memory` where that is more; the workspace keeps its usual cap,
+    so the verifier's sandbox (at sandbox.memory) can always take back what this one left."""
+    if memory is None or _size_bytes(memory) <= _size_bytes(settings.sandbox.memory):
+        return settings
+    sandbox = settings.sandbox.model_copy(update={"memory": memory, "workspace_size": str(workspace_bytes(settings))})
+    return settings.model_copy(update={"sandbox": sandbox})
