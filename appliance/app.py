@@ -9,6 +9,7 @@ loop itself (`appliance.loop`) knows none of this.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -122,7 +123,7 @@ def run_appliance(settings: Settings, *, iterations: int | None = None, headless
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         # the lock first: a second process must not start an engine on the port or sweep the sandboxes
-        with store.loop_lock(), services(settings, store, log) as svc:
+        with store.loop_lock(), yielding_cpu(settings.loop.nice), services(settings, store, log) as svc:
             loop = Loop(settings, store, svc.engine, svc.practice, log, generate_text=policy_text(svc.engine))
             # the heartbeat: controls are answered whatever phase runs; `stop --now` ends it as SIGTERM does
             steering = loop.start_steering(on_stop_now=stop.set)
@@ -156,6 +157,26 @@ def run_appliance(settings: Settings, *, iterations: int | None = None, headless
     finally:
         signal.signal(signal.SIGTERM, previous)
         store.close()
+
+
+@contextmanager
+def yielding_cpu(nice: int) -> Iterator[None]:
+    """This thread at nice value `nice` (`loop.nice`) while it lasts, and what it starts after: the threads and
+    processes of the run (scheduler, engine, trainer, sandboxes) inherit it, so an operator's command or TUI
+    gets a core first. Linux keeps a nice value per thread; this one's is put back on the way out where the
+    process may lower it again (root may; a user without CAP_SYS_NICE keeps the higher value)."""
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    if nice <= before:
+        yield
+        return
+    os.setpriority(os.PRIO_PROCESS, 0, nice)
+    try:
+        yield
+    finally:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, before)
+        except PermissionError:
+            pass
 
 
 def progress_line(store: Store, run_id: str, busy: bool) -> str:
