@@ -16,6 +16,7 @@ from typing import Any
 
 from appliance.agent_habits import first_command, habits
 from appliance.errors import Interrupted
+from appliance.learning_signal import render_markdown as render_learning_signal
 from appliance.lineage import describe_version, start_label
 from appliance.schemas import CapabilityReport, FailureMode, Outcome, Rollout, Task, TaskStatus
 from appliance.store import Store
@@ -293,6 +294,7 @@ def render_markdown(report: CapabilityReport) -> str:
                   f"- {h['commands_mean']:.1f} commands per episode; {h['only_looks']} of {h['episodes']} episodes "
                   "only looked (ls, cat, head, ...) and never acted", f"- {after}"]
     lines += render_regressions(report)
+    lines += render_learning_signal(report.learning_signal)
     if report.band:
         lines += ["", "## Learnable band", ""]
         lines += [f"- {f}: " + ", ".join(f"{k} {v}" for k, v in sorted(c.items()))

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from appliance.charts import Chart, devset_chart, extra_set_charts, heldout_charts, training_charts
 from appliance.errors import ApplianceError
+from appliance.learning_signal import render_table
 from appliance.schemas import CapabilityReport
 from appliance.store import Store
 
@@ -101,10 +102,24 @@ def render_page(store: Store, run_id: str, report: CapabilityReport, markdown: s
          + "".join(svg_chart(c) for c in extra) + "</div>") if extra else "",
         '<h2 id="training">Training over optimizer steps</h2>',
         '<div class="grid">', *(svg_chart(c) for c in training), "</div>",
+        signal_html(store, run_id, iteration),
         '<hr><div class="report">', markdown_html(body), analysis_html(analysis) if analysis else "", "</div>",
         "</body></html>",
     ]
     return "\n".join(p for p in parts if p) + "\n"
+
+
+def signal_html(store: Store, run_id: str, iteration: int | None) -> str:
+    """The learning signal of every iteration up to this one (issue 54), from the stored reports' blocks;
+    nothing when no report carries one (reports written before it)."""
+    last = iteration if iteration is not None else math.inf
+    blocks = [found[0].learning_signal for it in store.report_iterations(run_id)
+              if it <= last and (found := store.report(run_id, it)) is not None and found[0].learning_signal]
+    if not blocks:
+        return ""
+    return ('<h2 id="signal">Learning signal per iteration</h2><p>practice groups whose rewards differ (the only ones '
+            "GRPO learns from), tokens the RL step trained of those sampled in practice, SFT's tokens, the policy's "
+            "entropy per token.</p>" + markdown_html("\n".join(render_table([b for b in blocks if b]))))
 
 
 def esc(text: object) -> str:

@@ -53,6 +53,9 @@ ROOMS = [
                           "trained from it, the start-up check, `appliance model use`, labels, the model card"),
     Room(3, ("attempts",), "bounded retries of the loop's phases: failed attempts in a row of one phase, and the "
                            "failed run (with the cause in its events) after `loop.phase_attempts` of them"),
+    Room(3, ("learning_signal",), "what an iteration could learn from: practice groups with signal of all groups "
+                                  "(all passed, all failed, at the first draw), tokens trained of sampled, the "
+                                  "policy's entropy, the warm-start's figures; read from the store"),
     Room(4, ("serving",), "the inference engine process: launch vLLM (GPU build, or the CPU build for the embedded "
                           "default), health, sleep/wake, weight sync, canary"),
     Room(4, ("sandbox",), "Podman sandboxes: offline image build, hardened run, persistent shell, file transfer, "

@@ -9,6 +9,7 @@ from appliance.curriculum import control
 from appliance.diagnosis import build_report, render_markdown
 from appliance.errors import Interrupted
 from appliance.evaluate import extra_sets_block, learning_curve
+from appliance.learning_signal import learning_signal
 from appliance.phases.context import PhaseContext
 from appliance.tasks.difficulty import next_levels
 
@@ -38,6 +39,8 @@ def diagnose(ctx: PhaseContext, index: int) -> None:
     if index > 0:
         levels = next_levels(report, levels)
     report.levels = levels  # what the next synthesis uses
+    if index > 0:  # the baseline practises and trains nothing
+        report.learning_signal = learning_signal(ctx.store, ctx.run_id, index, ctx.settings.loop.group_size).as_dict()
     if ctx.settings.loop.controller != "climb":
         ctx.store.save_report(ctx.run_id, index, report, render_markdown(report))
         p = report.heldout_pass_at_1

@@ -87,7 +87,7 @@ def demonstration_mix(ctx: PhaseContext, index: int, rl_samples: int) -> DemoMix
     frontier = {f: int(v) for f, v in (ctx.previous_report(index) or CapabilityReport()).levels.items()}
     mix = training_mix(ctx.settings, ctx.store, ctx.run_id, index, frontier, rl_samples)
     ctx.event("demonstrations", f"iteration {index}: {mix.describe()} ({relabelled.added} new from successes)",
-              warmstart=mix.warmstart, samples=len(mix.samples), hindsight=relabelled.added)
+              iteration=index, warmstart=mix.warmstart, samples=len(mix.samples), hindsight=relabelled.added)
     return mix
 
 

@@ -65,6 +65,9 @@ class CapabilityReport:
     decisions: dict[str, dict[str, Any]] = field(default_factory=dict)  # tasks.difficulty.Decision.as_dict
     evaluation: dict[str, Any] | None = None  # evaluate.PassAtOne.as_dict of this iteration
     curve: list[dict[str, Any]] = field(default_factory=list)
+    # learning_signal.LearningSignal.as_dict of the iteration (groups with signal, tokens trained of sampled,
+    # entropy, the warm-start's figures); None: a report written before it existed, or the baseline's
+    learning_signal: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # keys of a newer build, kept as they were
 
     @classmethod

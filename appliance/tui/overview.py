@@ -10,6 +10,7 @@ from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.widgets import Static
 
+from appliance.learning_signal import summary_line
 from appliance.lineage import served_short, start_label
 from appliance.schemas import Event, Iteration, IterationStatus, Phase
 from appliance.store import Store
@@ -161,6 +162,7 @@ def curves(store: Store, run_id: str, counts: dict[str, int]) -> Content:
         curve_line("loss", [v for _, v in store.metric_tail(run_id, "loss", CURVE_POINTS)], "{:.3f}"),
         curve_line("infra-error rate", infra, "{:.1%}"),
         learning_line(store, run_id),
+        *signal_lines(store, run_id),
     ])
 
 
@@ -177,6 +179,22 @@ def learning_line(store: Store, run_id: str) -> Content:
         f"clip {v['clip_ratio']:.2f} · IS gap {v['logprob_gap_mean']:.3f} · entropy {v['entropy']:.2f} · "
         f"cut {v['truncated_tokens']:.0f} tok · {v['turns_mean']:.1f} turns · "
         f"{v['response_tokens_mean']:.0f} tok/reply")
+
+
+SIGNAL_ITERATIONS = 3  # the newest reports' learning signal on the overview (the warm-start's while it is recent)
+
+
+def signal_lines(store: Store, run_id: str) -> list[Content]:
+    """The learning signal of the newest few iterations' reports (issue 54): groups with signal of all groups,
+    tokens the RL step trained of those sampled, SFT's tokens, entropy; none for reports without the block."""
+    lines: list[Content] = []
+    for it in store.report_iterations(run_id)[-SIGNAL_ITERATIONS:]:
+        found = store.report(run_id, it)
+        said = summary_line(found[0].learning_signal) if found else None
+        if said:
+            label = "learning signal" if not lines else ""
+            lines.append(Content.assemble(f"{label:<17}", plain(said)))
+    return lines
 
 
 def curve_line(label: str, values: list[float], fmt: str) -> Content:
