@@ -41,9 +41,10 @@ class Services:
 
 @contextmanager
 def engine_and_proxy(settings: Settings, store: Store, log: Callable[[str], None] = print,
-                     port: int | None = None) -> Iterator[tuple[VllmEngine, ProxyServer]]:
-    """The engine and the proxy in front of it (`port`: None = proxy.port from the settings); both stopped
-    on the way out, also when the start fails half-way."""
+                     port: int | None = None, version: int | None = None) -> Iterator[tuple[VllmEngine, ProxyServer]]:
+    """The engine and the proxy in front of it (`port`: None = proxy.port from the settings; `version`: a
+    stored policy version to serve instead of the loop's, see `serving.Engine`); both stopped on the way out,
+    also when the start fails half-way."""
     from appliance.plan import fit_to_gpus
     from appliance.proxy import ProxyServer, create_app
     from appliance.serving import Engine as VllmEngine
@@ -52,7 +53,7 @@ def engine_and_proxy(settings: Settings, store: Store, log: Callable[[str], None
     if plan is not None:
         log(f"serving on {plan.gpus} GPU(s) as `appliance plan` says: tensor_parallel_size "
             f"{settings.engine.tensor_parallel_size}, gpu_memory_utilization {settings.engine.gpu_memory_utilization}")
-    engine = VllmEngine(settings, store)
+    engine = VllmEngine(settings, store, version=version)
     server = None
     try:
         log(f"starting the engine on {engine.base_url} ({settings.model_path.name}, profile {settings.profile})")
@@ -78,8 +79,10 @@ def template_line(settings: Settings) -> str:
 
 
 @contextmanager
-def services(settings: Settings, store: Store, log: Callable[[str], None] = print) -> Iterator[Services]:
-    """Engine, proxy and sandbox pool, for the loop or one debug rollout; stopped and swept on the way out."""
+def services(settings: Settings, store: Store, log: Callable[[str], None] = print,
+             version: int | None = None) -> Iterator[Services]:
+    """Engine, proxy and sandbox pool, for the loop or one debug rollout (or `appliance eval`, which may serve
+    a stored `version`); stopped and swept on the way out."""
     from appliance.sandbox import SandboxPool, image_exists, image_ref, sweep
 
     if not image_exists(settings):  # else every validation and rollout is an infra error and the run learns nothing
@@ -87,7 +90,7 @@ def services(settings: Settings, store: Store, log: Callable[[str], None] = prin
                              "run `appliance init` (or scripts/setup): it builds the image this version needs")
     pool = SandboxPool(settings)  # removes what a killed appliance left behind
     try:
-        with engine_and_proxy(settings, store, log) as (engine, server):
+        with engine_and_proxy(settings, store, log, version=version) as (engine, server):
             # learn.EngineControl.load_weights takes kind: str, the engine Literal["lora", "full"] (issue 17)
             yield Services(engine,  # type: ignore[arg-type]
                            Practice(settings, store, server.host, server.port, pool, log))

@@ -7,7 +7,8 @@ loop's evaluation does), and pass@1 with its 95 % Wilson interval is `evaluate.p
 level) cells, the one definition the held-out curve uses; infra errors count in neither n nor passed and
 are reported apart (`evaluate.summarize_set`, which the loop's evaluation of `evaluation.extra_sets` uses
 too). The rollouts are stored without a run (group = the evaluation's id) and the summary in `eval_sets`, so
-nothing the loop practises or trains on ever holds them.
+nothing the loop practises or trains on ever holds them. `--version N` serves a stored policy version for the
+evaluation alone (`serving.Engine`'s `version`): the store still says the loop's version is served.
 """
 
 from __future__ import annotations

@@ -15,8 +15,9 @@ from appliance.errors import ApplianceError
 @main.command("eval")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("--version", "version", type=click.IntRange(0), default=None,
-              help="The policy version to measure; it must be the one the engine serves (the default).")
-@click.option("--base", is_flag=True, help="Measure the base model (version 0); the engine must serve it.")
+              help="The stored policy version to measure (`appliance model` lists them; default: the version the "
+                   "loop serves). It is served for this evaluation only: the loop's next start serves its own.")
+@click.option("--base", is_flag=True, help="Measure the base model (version 0).")
 @click.option("--attempts", "k", type=click.IntRange(1, 64), default=None,
               help="Rollouts per task (default: evaluation.samples_per_task).")
 @click.option("--harness", default=None, help="builtin, or a name under [harnesses] (default: loop.harness).")
@@ -45,10 +46,15 @@ def eval_(ctx: click.Context, paths: tuple[Path, ...], version: int | None, base
         from appliance.harness.external import harness_settings
 
         harness_settings(settings, harness)  # an unknown name fails before anything starts
-    log = (lambda m: echo(m, err=True)) if not as_json else (lambda m: None)
+
+    def log(message: str) -> None:  # progress on stderr, also under --json (stdout is the JSON)
+        echo(message, err=True)
+
     with open_store(settings) as store, store.loop_lock():
-        if wanted is not None and wanted != store.engine_state()[1]:  # before minutes of validation
-            _refuse_version(store.engine_state()[1], wanted)
+        if wanted is not None:  # a version that cannot be served is refused before minutes of validation
+            from appliance.serving.engine import stored_weights
+
+            stored_weights(store, settings.model_path, wanted, settings.engine.served_model_name)
         valid, _ = validate_sets(settings, list(paths), log=log)
         for e in valid.excluded:
             echo(f"excluded {e.path}: {e.reason}", err=True)
@@ -58,16 +64,13 @@ def eval_(ctx: click.Context, paths: tuple[Path, ...], version: int | None, base
                                  f"harness {harness!r} cannot run in yet", "use --harness builtin for them")
         if not valid.specs:
             raise ApplianceError("no task of the set passed validation", "see each exclusion's reason above")
-        with sigterm_stops_cleanly(), services(settings, store, log=log) as svc:
+        with sigterm_stops_cleanly(), services(settings, store, log=log, version=wanted) as svc:
             served = svc.engine.policy_version
-            if wanted is not None and wanted != served:
-                _refuse_version(served, wanted)
 
-            def line(r: Any) -> None:
-                if not as_json:
-                    reward = "-" if r.reward is None else f"{r.reward:g}"
-                    echo(f"{inert(r.task_id or '?'):<28} {r.outcome or '?':<12} reward {reward}"
-                         + (f"  {inert(r.error)[:100]}" if r.error else ""))
+            def line(r: Any) -> None:  # as each rollout ends; on stderr under --json (stdout is the JSON)
+                reward = "-" if r.reward is None else f"{r.reward:g}"
+                echo(f"{inert(r.task_id or '?'):<28} {r.outcome or '?':<12} reward {reward}"
+                     + (f"  {inert(r.error)[:100]}" if r.error else ""), err=as_json)
 
             eval_id = new_eval_id()
             summary = evaluate_set(store, valid.specs, policy_version=served, k=k, harness=harness,
@@ -88,8 +91,3 @@ def eval_(ctx: click.Context, paths: tuple[Path, ...], version: int | None, base
     emit(summary, as_json, human)
     sys.exit(0)
 
-
-def _refuse_version(served: int, wanted: int) -> None:
-    raise ApplianceError(f"the engine serves policy version {served}, not {wanted}",
-                         "this build measures the version the engine serves: omit --version/--base (serving "
-                         "another version is a later slice of issue 53)")

@@ -50,8 +50,40 @@ WEIGHTS_PATHS = ("/sleep", "/wake_up", "/collective_rpc", "/v1/load_lora_adapter
 CANARY_TEXT = "The appliance canary: count the planets of the solar system, then name the largest."
 
 
+def stored_weights(store: Store, model_path: Path, version: int, served_name: str) -> Weights:
+    """The weights of a stored policy version of the current lineage, to serve it again (`appliance eval
+    --version N`): version 0 is the base (the configured model folder), a full version its checkpoint folder,
+    an adapter version its adapter on the full weights its parent served. EngineError when the lineage has
+    no such version or its files are gone."""
+    lineage = store.current_lineage()
+    versions = {v["version"]: v for v in store.policy_versions(lineage["id"])} if lineage else {}
+    known = ", ".join(str(v) for v in sorted({0, *versions}))
+
+    def weights_of(v: int) -> Weights:
+        row = versions.get(v)
+        if v == 0 or (row is not None and row["kind"] == "base"):
+            return Weights(model_path)
+        if row is None:
+            raise EngineError(f"policy version {version} is not stored in this data directory's current lineage"
+                              f" (its versions: {known})", "`appliance model` lists the versions and their checkpoints")
+        if row["kind"] == "lora":
+            parent = weights_of(row["parent_version"] if row["parent_version"] is not None else 0)
+            return Weights(parent.full, Path(row["weights"]), f"{served_name}-v{v}")
+        return Weights(Path(row["weights"]))
+
+    found = weights_of(version)
+    if not found.exists():
+        raise EngineError(f"the weights of policy version {version} are gone ({found.lora or found.full})",
+                          "a version can be served again only while its checkpoint folder exists")
+    return found
+
+
 class Engine:
-    def __init__(self, settings: Settings, store: Store, model_path: Path | str | None = None) -> None:
+    def __init__(self, settings: Settings, store: Store, model_path: Path | str | None = None, *,
+                 version: int | None = None) -> None:
+        """`version`: serve that stored policy version (`stored_weights`) instead of the one the store says
+        is served, without recording it as served (the loop's next start serves what it served) and taking no
+        new weights: `appliance eval --version N`."""
         self.settings = settings
         self.store = store
         self.model_path = Path(model_path or settings.model_path)  # tokenizer and initial weights
@@ -72,6 +104,9 @@ class Engine:
         self._offset: Offset | None = None  # the engine's canary offset from the reference, measured once
         self._offset_measured = False
         _, self.policy_version, _ = store.engine_state()
+        self.pinned = version
+        if version is not None:
+            self.policy_version = version
         self._http = httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(120.0, connect=5.0))
         self._weights_timeout = httpx.Timeout(settings.engine.weights_timeout_s, connect=5.0)
 
@@ -116,7 +151,10 @@ class Engine:
             stored = Weights.from_json(self.store.engine_state()[2])
             if stored is not None and not _is_under(stored.full, self.settings.checkpoints_dir):
                 stored = Weights(self.model_path, stored.lora, stored.adapter_name)  # the base, maybe moved
-            if stored is not None and stored.exists():
+            if self.pinned is not None:
+                self._weights = stored_weights(self.store, self.model_path, self.pinned,
+                                               self.settings.engine.served_model_name)
+            elif stored is not None and stored.exists():
                 self._weights = stored
             else:
                 self._weights, self.policy_version = Weights(self.model_path), 0
@@ -235,6 +273,9 @@ class Engine:
         if kind not in ("lora", "full"):
             raise EngineError(f"unknown weights kind {kind!r}",
                               "use 'lora' for an adapter folder, 'full' for a model folder")
+        if self.pinned is not None:
+            raise EngineError(f"this engine serves stored policy version {self.pinned} for an evaluation; it takes "
+                              "no new weights", "train with `appliance run`, which serves the loop's own version")
         with self._op:
             self._require(EngineState.SLEEPING, "load_weights")
             previous, previous_expected = self._weights, self._canary_expected
@@ -422,6 +463,8 @@ class Engine:
     # --- state ----------------------------------------------------------------------------------
     def _set(self, state: EngineState, *, force: bool = False, error: str | None = None,
              policy_version: int | None = None, weights: str | None = None) -> None:
+        if self.pinned is not None:  # a stored version served for an evaluation is never what the loop serves
+            policy_version = weights = None
         self.store.set_engine_state(state, policy_version=policy_version, weights=weights, error=error, force=force)
         with self._cond:
             self._state = state

@@ -39,7 +39,7 @@ def test_validating_a_task_that_cannot_be_served_names_the_reason(tmp_path: Path
     assert "cannot be served offline" in out["excluded"][0]["reason"]
 
 
-def test_eval_refuses_a_version_the_engine_does_not_serve_before_anything_runs(tmp_path: Path) -> None:
-    r = run(["eval", str(FIXTURES / "api-fix"), "--version", "3"], tmp_path)  # a new store serves the base
-    assert r.exit_code == 1 and "serves policy version 0, not 3" in r.output, r.output
+def test_eval_refuses_a_version_that_is_not_stored_before_anything_runs(tmp_path: Path) -> None:
+    r = run(["eval", str(FIXTURES / "api-fix"), "--version", "3"], tmp_path)  # a new store has the base alone
+    assert r.exit_code == 1 and "policy version 3 is not stored" in r.output, r.output
     assert "building the environment" not in r.output
