@@ -4,8 +4,18 @@ model, then the held-out pass@1 curve with 95 % Wilson intervals beside the tran
 demonstration / replay / self-proposal counts.
 
 Usage: scripts/bench learning [--minutes 120] [--grace 30] [--seed 0] [--method grpo|ppo] [--home DIR]
-                              [--no-deadline] [--set KEY=VALUE ...]
-       scripts/bench learning --report-only --home DIR      (print the curve of a finished or running run)
+                              [--no-deadline] [--set KEY=VALUE ...] [--arms default,rl-off,sft-off]
+       scripts/bench learning --report-only --home DIR [--arms ...]  (print the curve of a finished or running run)
+
+With --arms (issue 54), the same run once per ablation arm, one after the other, each in its own home
+(DIR/ARM), same seed and same budget: `default` (the cpu profile's loop), `rl-off` (training.method = sft: no
+GRPO step; SFT on successes and demonstrations as in the default) and `sft-off` (training.sft_on_successes =
+false: no SFT on the policy's own successes, neither the iteration's nor the pool's; RL and the reference
+demonstrations stay). It ends with one table: per arm and iteration, held-out pass@1 and the dev set's with
+their 95 % intervals, and the learning signal (practice groups with signal of all groups, tokens the RL step
+trained of those sampled, SFT's tokens, entropy). The whole ablation on the 2-core machine:
+`scripts/bench learning --arms default,rl-off,sft-off --minutes 120 --seed 0 --home /work/runs/arms-s0`
+(three 2-hour runs back to back); a second seed for the issue's bar is the same with --seed 1.
 
 Each call with a fresh --home (the default: a new tmp dir) starts from the base model. The dev set is
 evaluated whole at every iteration (evaluation.devset_min_tasks raised; --set can lower it). It needs the bundled
@@ -39,6 +49,69 @@ from appliance.agent_habits import habits  # noqa: E402
 from appliance.config import load_settings  # noqa: E402
 from appliance.evaluate import devset_curve, learning_curve  # noqa: E402
 from appliance.store import Store  # noqa: E402
+
+# the ablation arms: each switches one learner off (APPLIANCE_ settings of the run); same seed, same budget
+ARMS: dict[str, dict[str, str]] = {
+    "default": {},
+    "rl-off": {"APPLIANCE_TRAINING__METHOD": "sft"},  # no GRPO step; SFT on successes and demonstrations
+    "sft-off": {"APPLIANCE_TRAINING__SFT_ON_SUCCESSES": "false"},  # RL and reference demonstrations only
+}
+APPLIANCE = [str(REPO / ".venv/bin/appliance")]  # the command a run starts (tests put a scripted double here)
+POLL_S = 5.0
+
+
+def arm_names(text: str) -> list[str]:
+    names = [a.strip() for a in text.split(",") if a.strip()]
+    unknown = [a for a in names if a not in ARMS]
+    if unknown or not names:
+        raise SystemExit(f"unknown arm(s) {unknown or text!r}: choose from {', '.join(ARMS)}")
+    return names
+
+
+def signal_of(store: Store, run_id: str, iteration: int, group_size: int) -> dict | None:
+    """The iteration's learning signal: its report's block, else computed from the store (an older build's run)."""
+    from appliance.learning_signal import learning_signal
+
+    found = store.report(run_id, iteration)
+    if found is not None and found[0].learning_signal:
+        return found[0].learning_signal
+    return learning_signal(store, run_id, iteration, group_size).as_dict() if iteration > 0 else None
+
+
+def arms_table(homes: dict[str, Path], group_size: int = 4) -> list[str]:
+    """One table over the arms' runs: per arm and iteration, held-out and dev-set pass@1 with their 95 %
+    intervals, and the learning signal of that iteration."""
+    from appliance.learning_signal import LearningSignal
+
+    def interval(p) -> str:
+        return f"{p.pass_at_1:6.1%} [{p.low:5.1%}, {p.high:5.1%}]" if p else f"{'-':>23}"
+
+    lines = [f"{'arm':<8} {'it':>2}  {'held-out pass@1 [95 %]':<23}  {'dev-set pass@1 [95 %]':<23}  "
+             f"{'signal/groups':>13}  {'RL tok trained/sampled':>22}  {'SFT tok':>8}  {'entropy':>7}"]
+    for arm, home in homes.items():
+        if not (home / "appliance.db").exists():
+            lines.append(f"{arm:<8} (no run in {home})")
+            continue
+        store = Store(home / "appliance.db", migrate=False)
+        try:
+            run = store.latest_run()
+            if run is None:
+                lines.append(f"{arm:<8} (no run in {home})")
+                continue
+            held, dev = dict(learning_curve(store, run.id)), dict(devset_curve(store, run.id))
+            for it in sorted({i.index for i in store.iterations(run.id)} | set(held)):
+                block = signal_of(store, run.id, it, group_size)
+                s = LearningSignal.of(block) if block else None
+                groups = f"{s.signal_groups}/{s.groups}" if s and s.groups else "-"
+                rl = f"{s.rl_trained_tokens}/{s.sampled_tokens}" if s and (s.sampled_tokens or s.rl_steps) else "-"
+                sft = (f"{s.sft_tokens}{'w' if s.warmstart else ''}" if s and s.sft_steps else "-")
+                entropy = f"{s.entropy:.3f}" if s and s.entropy is not None else "-"
+                lines.append(f"{arm:<8} {it:>2}  {interval(held.get(it)):<23}  {interval(dev.get(it)):<23}  "
+                             f"{groups:>13}  {rl:>22}  {sft:>8}  {entropy:>7}")
+        finally:
+            store.close()
+    lines.append("(SFT tok: w = the warm-start's; entropy: the trainer's per token over the RL step's samples)")
+    return lines
 
 
 def report(home: Path) -> int:
@@ -158,45 +231,67 @@ def paired(store: Store, run_id: str, first: int, last: int) -> None:
               f"= {sum(outcomes) / len(outcomes):.1%} [{low:.1%}, {high:.1%}]")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--minutes", type=float, default=120.0, help="wall-clock budget of the run")
+    ap.add_argument("--minutes", type=float, default=120.0, help="wall-clock budget of the run (of each arm's)")
     ap.add_argument("--seed", type=int, default=0, help="training.seed")
     ap.add_argument("--no-deadline", action="store_true",
                     help="do not tell the run its budget (`appliance run --minutes`): it is only stopped at the "
                          "budget, as before 2026-12-06, and its last practice goes untrained")
     ap.add_argument("--method", choices=["grpo", "ppo", "both", "sft"], default=None,
-                    help="training.method (default: the cpu profile's)")
+                    help="training.method (default: the cpu profile's; the rl-off arm always trains sft)")
     ap.add_argument("--grace", type=float, default=30.0,
                     help="minutes past the budget that an evaluation of a trained policy, started inside the "
                          "budget, may take to finish (0: stop at the budget)")
-    ap.add_argument("--home", type=Path, default=None, help="APPLIANCE_HOME of the run (default: a new tmp dir)")
+    ap.add_argument("--home", type=Path, default=None,
+                    help="APPLIANCE_HOME of the run (default: a new tmp dir); with --arms, the folder of the "
+                         "arms' homes")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="extra APPLIANCE_* setting, e.g. loop.tasks_per_family=4")
+                    help="extra APPLIANCE_* setting, e.g. loop.tasks_per_family=4 (every arm's)")
+    ap.add_argument("--arms", default=None, metavar="ARM,...",
+                    help=f"run once per ablation arm ({', '.join(ARMS)}), same seed and budget, and print one table")
     ap.add_argument("--report-only", action="store_true", help="only print the curve of the run in --home")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    arms = arm_names(args.arms) if args.arms is not None else None
     if args.report_only:
         if args.home is None:
             ap.error("--report-only needs --home")
+        if arms:
+            print("\n".join(arms_table({a: args.home / a for a in arms})))
+            return 0
         return report(args.home)
-    home = args.home or Path(tempfile.mkdtemp(prefix="appliance-bench-learning-"))
+    if arms is None:
+        home = args.home or Path(tempfile.mkdtemp(prefix="appliance-bench-learning-"))
+        return run_once(home, args, {}, fresh=args.home is None)
+    base = args.home or Path(tempfile.mkdtemp(prefix="appliance-bench-learning-arms-"))
+    homes = {a: base / a for a in arms}
+    for arm, home in homes.items():
+        print(f"--- arm {arm}: {', '.join(f'{k}={v}' for k, v in ARMS[arm].items()) or 'the default loop'}",
+              flush=True)
+        run_once(home, args, ARMS[arm], fresh=False)
+    print("\n".join(arms_table(homes)))
+    return 0
+
+
+def run_once(home: Path, args: argparse.Namespace, arm: dict[str, str], *, fresh: bool) -> int:
+    """One `appliance run` in `home` for the budget (the arm's settings over the bench's), then its report."""
     home.mkdir(parents=True, exist_ok=True)
     method = {"APPLIANCE_TRAINING__METHOD": args.method} if args.method else {}
-    env = run_env(home, load_settings().model_path, args.seed, args.set, **method,
+    env = run_env(home, load_settings().model_path, args.seed, args.set, **{**method, **arm},
                   APPLIANCE_LOOP__ITERATIONS="1000",  # the budget, not the count, ends the run
                   # the warm-start alone is not what the bench measures, and its evaluation (10 of 120
                   # minutes on the cpu profile) left the third iteration's training cut by the budget
                   APPLIANCE_EVALUATION__AFTER_WARMSTART="false")
     print(f"appliance run in {home} for {args.minutes:g} min (seed {args.seed})", flush=True)
-    log = open(home.parent / f"{home.name}.log", "w") if args.home is None else open(home / "bench.log", "a")
+    log = open(home.parent / f"{home.name}.log", "w") if fresh else open(home / "bench.log", "a")
     # the run knows the budget (loop.deadline), so its last iteration practises less and still trains
     knows = [] if args.no_deadline else ["--minutes", f"{args.minutes:g}"]
-    proc = subprocess.Popen([str(REPO / ".venv/bin/appliance"), "run", "--headless", *knows], env=env, cwd=REPO,
+    proc = subprocess.Popen([*APPLIANCE, "run", "--headless", *knows], env=env, cwd=REPO,
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + args.minutes * 60
     try:
         while proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(5)
+            time.sleep(POLL_S)
         if proc.poll() is None and evaluating_trained_policy(home):
             # Training stops at the budget; measuring the policy it trained is not training, so an evaluation
             # already under way is let finish (at most --grace minutes) and the overrun is printed.
@@ -204,7 +299,7 @@ def main() -> int:
                   flush=True)
             grace_end = time.monotonic() + args.grace * 60
             while proc.poll() is None and time.monotonic() < grace_end and evaluating_trained_policy(home):
-                time.sleep(5)
+                time.sleep(POLL_S)
             print(f"stopped {(time.monotonic() - deadline) / 60:.1f} min past the budget", flush=True)
     finally:
         if proc.poll() is None:

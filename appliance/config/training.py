@@ -89,6 +89,11 @@ class TrainingSettings(Section):
         "data-parallel workers through accelerate (one per GPU over NCCL, or gloo on the CPU), each step's whole "
         "groups sharded over them and gradients summed; 0 = one per visible GPU (1 without a GPU).",
     )
+    sft_on_successes: bool = Field(
+        True, description="SFT on the policy's own successes: with method sft or both, the iteration's successful "
+        "rollouts; and the successes kept in the demonstration pool (hindsight relabels of hinted tasks, the other "
+        "wins) that later phases mix in. Off: SFT trains on reference demonstrations alone (`scripts/bench learning "
+        "--arms`'s ablation of this learner).")
     demonstrations: bool = Field(
         True, description="Teacher-free demonstrations: each valid task's reference solution, run through the built-in "
         "harness's formatting and verified, becomes an SFT sample (never an RL sample).")

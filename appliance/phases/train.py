@@ -21,7 +21,7 @@ from pathlib import Path
 
 from appliance.demonstrations import DemoMix, training_mix
 from appliance.errors import ApplianceError, DiskFull
-from appliance.hindsight import relabel_hindsight
+from appliance.hindsight import Relabelled, relabel_hindsight
 from appliance.phases.context import PhaseContext
 from appliance.schemas import CapabilityReport, Checkpoint, RolloutStatus
 from appliance.store import Store
@@ -78,7 +78,8 @@ def demonstration_mix(ctx: PhaseContext, index: int, rl_samples: int) -> DemoMix
     """Hindsight relabels of this iteration's hinted successes, then what LEARN trains on besides RL."""
     if not ctx.settings.training.demonstrations:
         return DemoMix([], False, ctx.settings)
-    relabelled = relabel_hindsight(ctx.store, ctx.run_id, index, ctx.tokenizer(), keep_successes=True)
+    relabelled = relabel_hindsight(ctx.store, ctx.run_id, index, ctx.tokenizer(), keep_successes=True) \
+        if ctx.settings.training.sft_on_successes else Relabelled()  # off: no success enters the pool
     if relabelled.unrendered:
         rollout_id, why = next(iter(relabelled.unrendered.items()))
         ctx.event("error", f"iteration {index}: the chat template could not render {len(relabelled.unrendered)} "

@@ -129,7 +129,7 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
     stop (waking it would only delay the exit). A midway state of this iteration's phase is finished first,
     on the inputs it started with."""
     from appliance.training.multiprocess import resolve_processes
-    from appliance.training.sft import sft_plan, successful_samples
+    from appliance.training.sft import own_successes, sft_plan
 
     cfg = settings.training
     result = LearnResult(engine.policy_version, None)
@@ -155,7 +155,7 @@ def learn(store: Store, settings: Settings, engine: EngineControl, rollouts: lis
         batch = build_groups(rollouts, samples, min_valid_rollouts=cfg.min_valid_rollouts,
                              scale_rewards=cfg.scale_rewards and cfg.loss_type != "dr_grpo",
                              keep_zero_std=cfg.beta != 0.0 or cfg.method == "ppo")
-        sft_samples = successful_samples(rollouts, samples) if cfg.method in ("sft", "both") else []
+        sft_samples = own_successes(cfg, rollouts, samples)
         sft_samples += list(demonstrations or [])
         global_step = int(latest.metrics.get("global_step", 0)) if latest else 0
         if not batch.samples and not sft_samples:

@@ -36,6 +36,7 @@ from appliance.errors import Interrupted
 from appliance.schemas import Outcome, Rollout, Sample
 
 if TYPE_CHECKING:
+    from appliance.config import TrainingSettings
     from appliance.training.trainer import PolicyTrainer
 
 MIN_SHARED_PREFIX = 16  # shorter common prefixes are not worth a second forward call
@@ -57,6 +58,14 @@ def successful_samples(rollouts: list[Rollout], samples: list[Sample]) -> list[S
     """The samples of rollouts that succeeded (rejection sampling keeps nothing else)."""
     ok = {r.id for r in rollouts if r.outcome == Outcome.SUCCESS}
     return [s for s in samples if s.rollout_id in ok and any(s.mask)]
+
+
+def own_successes(cfg: TrainingSettings, rollouts: list[Rollout], samples: list[Sample]) -> list[Sample]:
+    """What SFT trains on of the iteration's own rollouts: their successes with method sft or both, while
+    `training.sft_on_successes` (the learning bench switches it off to measure what it adds)."""
+    if cfg.method not in ("sft", "both") or not cfg.sft_on_successes:
+        return []
+    return successful_samples(rollouts, samples)
 
 
 def trained_positions(sample: Sample, max_len: int) -> list[int]:
