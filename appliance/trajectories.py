@@ -4,7 +4,7 @@ The trainer trains on the exact token ids the engine saw and sampled, never on r
 module only rearranges the ids the proxy recorded (`ModelCall.prompt_ids`, `completion_ids`, `logprobs`);
 it never tokenizes anything, so the report's `retokenized_tokens` is 0 by construction.
 
-How a call attaches (calls with status "ok", in `seq` order; the others are counted and skipped):
+How a call attaches (calls with status "ok" or "side", in `seq` order; the others are counted and skipped):
 
 1. **Merge.** If the call's prompt extends the full token sequence of an existing branch (that branch's
    sequence is a prefix of the prompt), the call continues the deepest such branch (ties: the one most
@@ -31,6 +31,13 @@ weight by the number of later history rewrites, biasing the update towards whate
 compaction or retry. The later branch still carries the shared tokens, so its own sampled tokens are
 conditioned on exactly the prompt the engine saw. Invariant (tested with hypothesis): for every call,
 `prompt_ids + completion_ids` is a prefix of the sample that trains its completion.
+
+**Side calls are their own branches, never trained.** A harness's side call (status "side": a title, a
+summary, a compaction on its small model, `proxy.side_models`) merges only into a side branch and forks
+from whichever branch shares most of its prompt (a summary shares the conversation it summarizes); a
+working call never merges into a side branch nor forks from one. Its tokens are recorded as sampled and
+never trained (mask 0), and it rewrites no history (no `Divergence`). With `proxy.train_side_calls` the
+proxy records them as "ok" calls, which this module then treats as working turns.
 
 Two identical retries (same prompt, same sampled completion) are two engine samples and become two
 sibling branches with the same tokens; each trains its own sampling once.
@@ -83,6 +90,7 @@ class Branch:
     last_seq: int = -1  # seq of the call that last extended it (tie-breaks prefer recent branches)
     temperature: float | None = None  # the sampling temperature of the tokens it trains
     other_temperature: int = 0  # sampled tokens kept as context: sampled at another temperature
+    side: bool = False  # the branch of a harness's side calls: recorded, never trained
 
 
 @dataclass(slots=True)
@@ -104,6 +112,7 @@ class Tree:
     divergences: list[Divergence]
     calls: int  # "ok" calls placed in the tree
     skipped_calls: int  # calls with another status (engine or proxy error): they sampled nothing usable
+    side_calls: int = 0  # "side" calls placed in the tree, on side branches
 
 
 @dataclass(slots=True)
@@ -118,6 +127,7 @@ class TrajectoryReport:
     policy_versions: list[int]
     retokenized_tokens: int = 0  # always 0: the builder never tokenizes text
     other_temperature_tokens: int = 0  # sampled, but not trained: their branch trains another temperature
+    side_calls: int = 0  # the harness's side calls, each on a side branch, not trained
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -140,6 +150,7 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 
 
 def _checked(calls: Iterable[ModelCall]) -> tuple[list[ModelCall], int]:
+    """(the ok and side calls in seq order, how many others)."""
     ordered = sorted(calls, key=lambda c: c.seq)
     seqs = [c.seq for c in ordered]
     if len(set(seqs)) != len(seqs):
@@ -154,9 +165,9 @@ def _checked(calls: Iterable[ModelCall]) -> tuple[list[ModelCall], int]:
             f"the builder got calls of several rollouts: {sorted(rollouts)}",
             "build one tree per rollout: pass only the calls of that rollout",
         )
-    ok = [c for c in ordered if c.status == "ok"]
+    ok = [c for c in ordered if c.status in ("ok", "side")]
     for c in ok:
-        if len(c.logprobs) != len(c.completion_ids):
+        if c.status == "ok" and len(c.logprobs) != len(c.completion_ids):
             raise TrajectoryError(
                 f"call seq {c.seq} of rollout {c.rollout_id!r} has {len(c.completion_ids)} completion ids "
                 f"but {len(c.logprobs)} logprobs",
@@ -201,10 +212,10 @@ def _append(branch: Branch, call: ModelCall, context: list[int]) -> None:
     completion_start = start + len(context)
     n = len(call.completion_ids)
     temperature = sampling_temperature(call)
-    if n and branch.temperature is None:
+    if n and branch.temperature is None and not branch.side:
         branch.temperature = temperature
-    trained = n == 0 or branch.temperature == temperature
-    branch.other_temperature += 0 if trained else n
+    trained = not branch.side and (n == 0 or branch.temperature == temperature)
+    branch.other_temperature += 0 if trained or branch.side else n
     branch.token_ids += context
     branch.token_ids += call.completion_ids
     branch.mask += [0] * len(context)
@@ -224,27 +235,31 @@ def build_tree(calls: Iterable[ModelCall]) -> Tree:
     branches: list[Branch] = []
     divergences: list[Divergence] = []
     for call in ok:
-        prompt = call.prompt_ids
-        target = _merge_target(branches, prompt)
+        prompt, side = call.prompt_ids, call.status == "side"
+        target = _merge_target([b for b in branches if b.side == side], prompt)
         if target is not None:
             _append(target, call, prompt[len(target.token_ids):])
             continue
-        if not branches:
-            branch = Branch(0, None, 0, [], [], [], [])
+        sources = branches if side else [b for b in branches if not b.side]
+        if not sources:
+            branch = Branch(len(branches), None, 0, [], [], [], [], side=side)
         else:
-            source, k = _fork_source(branches, prompt)
+            source, k = _fork_source(sources, prompt)
             branch = Branch(
                 index=len(branches), parent=source.index, fork=k,
                 token_ids=source.token_ids[:k], mask=[0] * k, logprobs=[0.0] * k, sampled=source.sampled[:k],
+                side=side,
             )
-            divergences.append(Divergence(
-                call_seq=call.seq, branch=branch.index, parent=source.index, position=k,
-                discarded=len(source.token_ids) - k, discarded_sampled=sum(source.sampled[k:]),
-                rerendered=len(prompt) - k,
-            ))
+            if not side:
+                divergences.append(Divergence(
+                    call_seq=call.seq, branch=branch.index, parent=source.index, position=k,
+                    discarded=len(source.token_ids) - k, discarded_sampled=sum(source.sampled[k:]),
+                    rerendered=len(prompt) - k,
+                ))
         branches.append(branch)
         _append(branch, call, prompt[len(branch.token_ids):])
-    return Tree(branches, divergences, calls=len(ok), skipped_calls=skipped)
+    sides = sum(c.status == "side" for c in ok)
+    return Tree(branches, divergences, calls=len(ok) - sides, skipped_calls=skipped, side_calls=sides)
 
 
 def tree_samples(tree: Tree, *, rollout_id: str, group_id: str | None) -> list[Sample]:
@@ -279,6 +294,7 @@ def build_samples(
         divergences=tree.divergences,
         policy_versions=sorted({v for b in tree.branches for v in b.policy_versions}),
         other_temperature_tokens=sum(b.other_temperature for b in tree.branches),
+        side_calls=tree.side_calls,
     )
     return samples, report
 
