@@ -52,12 +52,13 @@ def eval_(ctx: click.Context, paths: tuple[Path, ...], version: int | None, base
 
     with open_store(settings) as store, store.loop_lock():
         if wanted is not None:  # a version that cannot be served is refused before minutes of validation
-            from appliance.serving.engine import stored_weights
+            from appliance.serving.weights import stored_weights
 
             stored_weights(store, settings.model_path, wanted, settings.engine.served_model_name)
         valid, _ = validate_sets(settings, list(paths), log=log)
         for e in valid.excluded:
             echo(f"excluded {e.path}: {e.reason}", err=True)
+        echo(f"{len(valid.specs)} of {len(valid.specs) + len(valid.excluded)} task(s) passed validation", err=True)
         own = [s.id for s in valid.specs if task_image(s)]
         if own and harness != "builtin":
             raise ApplianceError(f"{len(own)} task(s) bring their own environment ({', '.join(own[:3])}), which "

@@ -43,47 +43,16 @@ from appliance.schemas import EngineState, Event
 from appliance.serving import process
 from appliance.serving.canary import Canary, Offset, compare, reference
 from appliance.serving.supervisor import supervise
-from appliance.serving.weights import Weights, WeightsKind, ties_embeddings
+from appliance.serving.weights import Weights, WeightsKind, is_under, stored_weights, ties_embeddings
 from appliance.store import Store
 
 WEIGHTS_PATHS = ("/sleep", "/wake_up", "/collective_rpc", "/v1/load_lora_adapter")
 CANARY_TEXT = "The appliance canary: count the planets of the solar system, then name the largest."
 
 
-def stored_weights(store: Store, model_path: Path, version: int, served_name: str) -> Weights:
-    """The weights of a stored policy version of the current lineage, to serve it again (`appliance eval
-    --version N`): version 0 is the base (the configured model folder), a full version its checkpoint folder,
-    an adapter version its adapter on the full weights its parent served. EngineError when the lineage has
-    no such version or its files are gone."""
-    lineage = store.current_lineage()
-    versions = {v["version"]: v for v in store.policy_versions(lineage["id"])} if lineage else {}
-    known = ", ".join(str(v) for v in sorted({0, *versions}))
-
-    def weights_of(v: int) -> Weights:
-        row = versions.get(v)
-        if v == 0 or (row is not None and row["kind"] == "base"):
-            return Weights(model_path)
-        if row is None:
-            raise EngineError(f"policy version {version} is not stored in this data directory's current lineage"
-                              f" (its versions: {known})", "`appliance model` lists the versions and their checkpoints")
-        if row["kind"] == "lora":
-            parent = weights_of(row["parent_version"] if row["parent_version"] is not None else 0)
-            return Weights(parent.full, Path(row["weights"]), f"{served_name}-v{v}")
-        return Weights(Path(row["weights"]))
-
-    found = weights_of(version)
-    if not found.exists():
-        raise EngineError(f"the weights of policy version {version} are gone ({found.lora or found.full})",
-                          "a version can be served again only while its checkpoint folder exists")
-    return found
-
-
 class Engine:
     def __init__(self, settings: Settings, store: Store, model_path: Path | str | None = None, *,
                  version: int | None = None) -> None:
-        """`version`: serve that stored policy version (`stored_weights`) instead of the one the store says
-        is served, without recording it as served (the loop's next start serves what it served) and taking no
-        new weights: `appliance eval --version N`."""
         self.settings = settings
         self.store = store
         self.model_path = Path(model_path or settings.model_path)  # tokenizer and initial weights
@@ -103,10 +72,8 @@ class Engine:
         self._baseline: tuple[Weights, Canary] | None = None  # the weights of the last launch and their canary
         self._offset: Offset | None = None  # the engine's canary offset from the reference, measured once
         self._offset_measured = False
-        _, self.policy_version, _ = store.engine_state()
-        self.pinned = version
-        if version is not None:
-            self.policy_version = version
+        self.pinned = version  # `appliance eval --version N`: never recorded as served, takes no new weights
+        self.policy_version = store.engine_state()[1] if version is None else version
         self._http = httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(120.0, connect=5.0))
         self._weights_timeout = httpx.Timeout(settings.engine.weights_timeout_s, connect=5.0)
 
@@ -149,7 +116,7 @@ class Engine:
             check_base(self.store, self.model_path, checkpoints_dir=self.settings.checkpoints_dir,
                        home=self.settings.home)
             stored = Weights.from_json(self.store.engine_state()[2])
-            if stored is not None and not _is_under(stored.full, self.settings.checkpoints_dir):
+            if stored is not None and not is_under(stored.full, self.settings.checkpoints_dir):
                 stored = Weights(self.model_path, stored.lora, stored.adapter_name)  # the base, maybe moved
             if self.pinned is not None:
                 self._weights = stored_weights(self.store, self.model_path, self.pinned,
@@ -480,6 +447,3 @@ class Engine:
         with self._cond:
             return self._cond.wait_for(lambda: self._state == EngineState.SERVING, timeout=timeout_s)
 
-
-def _is_under(path: Path, folder: Path) -> bool:
-    return path.expanduser().resolve().is_relative_to(folder.expanduser().resolve())

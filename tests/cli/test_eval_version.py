@@ -17,7 +17,7 @@ from appliance.config import Settings, load_settings
 from appliance.errors import EngineError
 from appliance.schemas import EngineState, Outcome
 from appliance.serving import Engine, Weights
-from appliance.serving.engine import stored_weights
+from appliance.serving.weights import stored_weights
 from appliance.store import Store
 from appliance.tasks.families import synthesize
 from appliance.tasks.foreign import TaskSet
