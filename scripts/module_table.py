@@ -82,7 +82,8 @@ ROOMS = [
                           "the one contract that answers them (`answer_pending`, used by the loop and its fakes)"),
     Room(7, ("evaluate", "charts"), "held-out pass@1 with its 95 % Wilson interval, k samples per task, within an "
                                     "evaluation budget; the one pass@1 the report, the curve, the CLI and the TUI "
-                                    "use; the dev set's, per category, beside it; `charts`: the curves' points "
+                                    "use; the dev set's, per category, and the user's `evaluation.extra_sets` beside "
+                                    "it; `charts`: the curves' points "
                                     "(per iteration, family and level with intervals; training metrics per step) "
                                     "that the HTML report and the TUI's curves screen draw"),
     Room(7, ("demonstrations", "episode_shapes", "hindsight"),
@@ -95,7 +96,7 @@ ROOMS = [
     Room(8, ("report_html",), "the capability report as one self-contained HTML page for copying off the server: "
                               "the held-out curve with its intervals per family and level and the training metrics "
                               "as inline SVG, the report's tables; every stored string escaped"),
-    Room(8, ("benchmark",), "`appliance eval`: a task set the user brought measured at the served policy "
+    Room(8, ("benchmark",), "`appliance eval`: a task set the user brought measured at any stored policy "
                             "version through practice's rollouts, pass@1 with its interval as `evaluate` defines it, "
                             "stored apart from every run"),
     Room(8, ("phases",), "the loop's phases, one module each (synthesize, validate, practise, train, evaluate, "

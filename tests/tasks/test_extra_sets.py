@@ -115,3 +115,35 @@ def test_a_task_gone_from_a_set_since_its_validation_is_named_not_silently_dropp
         evaluate_phase.evaluate(loop.context, it)
     first, second = (r["summary"] for r in store.run_eval_sets(loop.run.id))
     assert first["missing"] == [] and second["missing"] == [specs[1].id] and second["tasks"] == 1
+
+
+def test_a_runs_extra_set_and_appliance_eval_give_the_same_figures_on_the_same_outcomes(
+        settings: Settings, store: Store) -> None:
+    """The loop's evaluation of an extra set and `appliance eval` on the same tasks and the same outcomes (a
+    pass, a failure or the machine's failure per task and sample) come to the same figures."""
+    from appliance.benchmark import evaluate_set
+    from appliance.evaluate import evaluate_extra_sets
+    from appliance.practice import new_rollout
+
+    specs = [s for lvl in (2, 3) for s in synthesize("text", lvl, 3, seed="same")]
+
+    def outcome(spec_id: str, rid: str) -> Outcome:
+        h = sum(spec_id.encode()) + int(rid.rsplit(".", 1)[1])
+        return Outcome.INFRA_ERROR if h % 7 == 0 else Outcome.SUCCESS if h % 3 == 0 else Outcome.FAILURE
+
+    def finish(spec: TaskSpec, rid: str) -> None:
+        store.start_rollout(rid)
+        o = outcome(spec.id, rid)
+        store.finish_rollout(rid, o, float(o == Outcome.SUCCESS))
+
+    settings.evaluation.extra_sets = [MINE]
+    settings.evaluation.extra_samples_per_task = 3
+    store.create_run("r", {})
+    (loop,) = evaluate_extra_sets(store, settings, "r", 0, 0, harness="builtin", new_rollout=new_rollout,
+                                  run_pending=lambda work: [finish(s, rid) for s, rid in work],
+                                  load=lambda _path, _oracle: (specs, []))
+    ours = evaluate_set(store, specs, policy_version=0, k=3, harness="builtin", eval_id="e1",
+                        run=lambda work: [finish(s, r.id) for s, r in work])
+    assert 0 < loop["passed"] < loop["n"] and loop["infra_errors"] > 0  # passes, failures and infra errors
+    for key in ("passed", "n", "low", "high", "tasks", "k", "by_level", "by_family", "infra_errors"):
+        assert loop[key] == ours[key], key
