@@ -30,7 +30,7 @@ from typing import Any
 from appliance.schemas import Event, Outcome, Rollout, RolloutStatus
 from appliance.store import Store
 
-# (signal, groups) per family and level (level as text: the report's JSON keys)
+# [signal, groups, all passed, all failed] per family and level (level as text: the report's JSON keys)
 Cells = dict[str, dict[str, list[int]]]
 ITERATION_PREFIX = re.compile(r"^iteration (\d+):")
 
@@ -111,9 +111,11 @@ def _groups(store: Store, run_id: str, rollouts: list[Rollout], group_size: int,
             out.all_failed += rewards == {0.0}
         task = tasks.get(valid[0].task_id or "")
         family, level = (task.family, str(task.difficulty)) if task else ("?", "?")
-        cell = cells[family].setdefault(level, [0, 0])
+        cell = cells[family].setdefault(level, [0, 0, 0, 0])
         cell[0] += signal
         cell[1] += 1
+        cell[2] += not signal and all(r.outcome == Outcome.SUCCESS for r in valid)
+        cell[3] += not signal and rewards == {0.0}
     out.cells = dict(cells)
 
 

@@ -144,10 +144,30 @@ def report(home: Path) -> int:
             print(f"habits in iteration {it}'s practice: {h['commands_mean']:.2f} commands per episode, "
                   f"{h['only_looks']}/{h['episodes']} episodes only looked, "
                   f"DONE right after a failed command {h['done_after_error']}/{h['turns_after_error']}")
+    learning(store, run.id)
     replays = sum((t.spec.get("meta") or {}).get("round") == "replay" for t in store.tasks(run.id))
     print(f"replayed tasks: {replays}")
     store.close()
     return 0
+
+
+def learning(store: Store, run_id: str, group_size: int = 4) -> None:
+    """Each trained iteration's learning signal, and per family and level its groups: with signal, all passed,
+    all failed (where practice gave the RL step something to learn from, and where it was too easy or hard)."""
+    from appliance.learning_signal import LearningSignal, summary_line
+
+    for it in sorted({i.index for i in store.iterations(run_id)} - {0}):
+        block = signal_of(store, run_id, it, group_size)
+        if not block:
+            continue
+        s = LearningSignal.of(block)
+        nll = "" if s.sampled_nll is None else f" · sampled -logp {s.sampled_nll:.3f}"
+        print(f"learning signal {summary_line(block)}{nll}; {s.all_passed} groups all passed, "
+              f"{s.all_failed} all failed, {s.first_draw_signal} with signal at the first draw")
+        for family, levels in sorted(s.cells.items()):
+            cells = "  ".join(f"L{lvl} {c[0]}/{c[1]}" + (f" (+{c[2]} -{c[3]})" if len(c) > 3 else "")
+                              for lvl, c in sorted(levels.items()))
+            print(f"    {family:<14} {cells}")
 
 
 def iterations_of(home: Path) -> list:

@@ -47,6 +47,7 @@ def test_each_arm_runs_with_its_learner_off_and_one_table_compares_them(tmp_path
     assert bench_learning.main(["--arms", "default,rl-off,sft-off", "--minutes", "0.5", "--seed", "3",
                                 "--home", str(home)]) == 0
     out = capsys.readouterr().out
+    assert out.count("learning signal it 1: signal 4/10 groups") == 3  # each arm's own report says it too
     table = out[out.index("arm      it"):].splitlines()
     rows = {(line.split()[0], line.split()[1]): line for line in table[1:] if line.split()[1:2] != []
             and line.split()[1].isdigit()}

@@ -82,7 +82,7 @@ def test_groups_with_signal_counts_only_groups_whose_rewards_differ(store: Store
     s = learning_signal(store, RUN, 2, group_size=4)
     assert (s.groups, s.signal_groups, s.all_passed, s.all_failed) == (4, 2, 1, 1)
     assert s.first_draw_signal == 1 and s.extra_rollouts == 8  # d found its signal in the extra draws
-    assert s.cells == {"files": {"2": [1, 2]}, "text": {"3": [1, 2]}}
+    assert s.cells == {"files": {"2": [1, 2, 1, 0]}, "text": {"3": [1, 2, 0, 1]}}  # signal, groups, all +, all -
     assert s.sampled_tokens == 5 and s.sampled_nll == pytest.approx(0.3)  # the failed call is not counted
     assert s.rollouts == 28
 
