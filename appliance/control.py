@@ -81,13 +81,16 @@ def check_allowed(run: Run, command: ControlCommand) -> None:
 
 
 def loop_alive(store: Store, run_id: str, at: float | None = None) -> tuple[bool, str]:
-    """Whether a live loop runs `run_id` by its heartbeat, and if not, why (for the error a person sees)."""
+    """Whether a live loop runs `run_id` by its heartbeat (or, with the beat late, by its process still holding
+    the loop lock), and if not, why (for the error a person sees)."""
     beat = store.heartbeat()
     if beat is None:
         return False, "no `appliance run` keeps a heartbeat in this store"
     age = beat.age_s(time.time() if at is None else at)
-    if age > LIVE_S:
+    if age > LIVE_S and store.loop_holder() != beat.pid:
         return False, f"the last heartbeat (pid {beat.pid}) is {age:.0f} s old"
+    # a late beat of the process that still holds the loop lock is a live loop's: a busy store (a write waits
+    # up to BUSY_TIMEOUT_MS) or a starved core held the beat up
     if beat.run_id != run_id:
         return False, f"the live loop runs {beat.run_id!r}"
     return True, ""

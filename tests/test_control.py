@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -121,6 +122,25 @@ def test_cli_stop_without_a_live_loop_says_so_at_once(settings, store: Store) ->
     assert result.exit_code == 1
     assert "no loop is running run 'r'" in result.output and "appliance run" in result.output
     assert store.controls("r") == []
+
+
+def test_a_late_beat_of_the_process_holding_the_loop_lock_is_a_live_loop(store: Store) -> None:
+    """A beat held up past LIVE_S (a write waits up to 30 s for a busy store) made a live loop look dead: a
+    request was refused with "no loop is running" while the loop ran. Its process still holding the loop lock
+    says it lives; a late beat of a process that does not hold it (killed, or another's) is still no loop."""
+    import time
+
+    store.create_run("r", {})
+    store.beat("r", os.getpid(), started_at=time.time() - 60, progress=None)
+    late = time.time() + control.LIVE_S + 20
+    assert control.loop_alive(store, "r", at=late)[0] is False  # no process holds the lock
+    with store.loop_lock():
+        assert store.loop_holder() == os.getpid()
+        assert control.loop_alive(store, "r", at=late) == (True, "")
+        store.beat("r", os.getpid() + 1, started_at=time.time(), progress=None)  # another pid's beat, late
+        alive, why = control.loop_alive(store, "r", at=late)
+        assert not alive and "s old" in why
+    assert store.loop_holder() is None
 
 
 def test_the_heartbeat_survives_a_failing_beat_and_says_so_once(store: Store) -> None:

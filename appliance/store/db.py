@@ -77,7 +77,7 @@ class Database:
         beside the store: the kernel drops it when the holder dies, even by kill -9, so a stale pid in the
         file never locks anyone out.
         """
-        lock_path = self.path.with_name(self.path.name + ".loop-lock")
+        lock_path = self._loop_lock_path
         try:
             lock = open(lock_path, "a+")  # noqa: SIM115 - closed below, on every path
         except OSError as e:
@@ -103,6 +103,27 @@ class Database:
                 fcntl.flock(lock, fcntl.LOCK_UN)
         finally:
             lock.close()
+
+    @property
+    def _loop_lock_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".loop-lock")
+
+    def loop_holder(self) -> int | None:
+        """The pid of the process that holds the loop lock now, read from the kernel's table of locks without
+        taking it (taking it even for a moment would refuse an `appliance run` starting then); None: no
+        process holds it, or the table cannot be read."""
+        try:
+            st = os.stat(self._loop_lock_path)
+            with open("/proc/locks") as f:
+                table = f.read().splitlines()
+        except OSError:
+            return None
+        ours = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        for line in table:  # "1: FLOCK  ADVISORY  WRITE 13998 fe:00:5727877 0 EOF"; a waiter's reads "1: -> FLOCK"
+            fields = line.split()
+            if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == ours:
+                return int(fields[4])
+        return None
 
     @property
     def conn(self) -> sqlite3.Connection:
