@@ -21,6 +21,8 @@ from appliance.lineage import describe_version, start_label
 from appliance.schemas import CapabilityReport, FailureMode, Outcome, Rollout, Task, TaskStatus
 from appliance.store import Store
 from appliance.tasks.difficulty import wilson
+from appliance.tool_health import render_markdown as render_tool_health
+from appliance.tool_health import tool_health
 
 # read as its outcome's default: infra on a rollout that is no infra error (nothing writes that). A
 # verifier_timeout is its own mode: practice scores it as the agent's failure (what the agent left made the
@@ -127,6 +129,7 @@ def build_report(store: Store, run_id: str, iteration: int,
         demonstrations=store.demonstration_counts(run_id),
         devset=devset_block(store, run_id, iteration),
         self_proposal=proposal_yield(store, run_id, iteration, tasks.values(), train_rollouts),
+        tool_health=tool_health(store, train_rollouts, {t.id: t.family for t in tasks.values()}),
     )
     report.analysis = _analysis(report, generate_text)
     operations = {op for cells in report.capability.values() for c in cells.values() for op in c["operations"]}
@@ -294,6 +297,7 @@ def render_markdown(report: CapabilityReport) -> str:
                   f"- {h['commands_mean']:.1f} commands per episode; {h['only_looks']} of {h['episodes']} episodes "
                   "only looked (ls, cat, head, ...) and never acted", f"- {after}"]
     lines += render_regressions(report)
+    lines += render_tool_health(report.tool_health)
     lines += render_learning_signal(report.learning_signal)
     if report.band:
         lines += ["", "## Learnable band", ""]

@@ -70,8 +70,10 @@ ROOMS = [
                         "rules (near-duplicates, learnable band), difficulty controller, held-out set, the transfer "
                         "dev set (data); Harbor and Terminal-Bench 1 directories read as they are, their "
                         "Dockerfiles built as task environments"),
-    Room(6, ("agent_habits",), "the agent's habits in practice from the recorded calls (commands per episode, "
-                               "episodes that only looked, DONE right after a failed command)"),
+    Room(6, ("agent_habits", "tool_health"), "the agent's habits in practice from the recorded calls (commands per "
+                                             "episode, episodes that only looked, DONE right after a failed "
+                                             "command); tool-call health per harness and family (turns calling a "
+                                             "tool, parse failures, prose where a call was expected, side calls)"),
     Room(7, ("training",), "TRL glue: GRPO and PPO (turn-level credit) over appliance rollouts, SFT, LoRA, "
                            "checkpoints; the only module that "
                            "imports torch/trl (see \"Learning: how we use TRL\")"),

@@ -68,6 +68,9 @@ class CapabilityReport:
     # learning_signal.LearningSignal.as_dict of the iteration (groups with signal, tokens trained of sampled,
     # entropy, the warm-start's figures); None: a report written before it existed, or the baseline's
     learning_signal: dict[str, Any] | None = None
+    # tool_health.tool_health of the iteration's practice: per harness and family, turns calling a tool, parse
+    # failures, prose where a call was expected, harness errors, side calls; None: a report written before it
+    tool_health: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # keys of a newer build, kept as they were
 
     @classmethod

@@ -25,6 +25,7 @@ class RolloutsData:
     groups: tuple[tuple[str, ...], ...]
     group_ids: tuple[str, ...]
     rollouts: tuple[Rollout, ...]
+    flag: str = ""  # what the iteration's report says is wrong with its practice (no tool ever called)
 
 
 class RolloutsScreen(PollingScreen):
@@ -49,11 +50,14 @@ class RolloutsScreen(PollingScreen):
     def compose(self) -> ComposeResult:
         yield from self.compose_title()
         yield Static("", id="step", classes="subtitle")
+        flag = Static("", id="tool-flag")
+        flag.display = False  # shown only for an iteration whose practice never called a tool
+        yield flag
         groups: DataTable[str] = DataTable(id="groups", cursor_type="row", zebra_stripes=True)
         groups.add_columns("group", "task", "n", "run", "done", "ok", "infra", "reward")
         yield groups
         rollouts: DataTable[str] = DataTable(id="rollouts", cursor_type="row")
-        rollouts.add_columns("rollout", "status", "outcome", "reward", "turns", "error")
+        rollouts.add_columns("rollout", "harness", "status", "outcome", "reward", "turns", "error")
         yield rollouts
         yield from self.compose_footer()
 
@@ -83,7 +87,7 @@ class RolloutsScreen(PollingScreen):
                       str(g["running"]), str(g["finished"]), str(int(g["success"])), str(int(g["infra_error"])),
                       "-" if g["reward"] is None else f"{g['reward']:.2f}") for g in groups)
         return RolloutsData(run_title(ctx.run, "rollouts"), subtitle, rows, tuple(g["group_id"] or "" for g in groups),
-                            rollouts)
+                            rollouts, tool_flag(ctx, it))
 
     def load_evaluation(self, ctx: Context, it: int) -> RolloutsData | None:
         """The held-out rollouts of iteration `it` as rows of one task each (they have no GRPO group);
@@ -119,9 +123,12 @@ class RolloutsScreen(PollingScreen):
     def show(self, data: RolloutsData) -> None:
         self.set_title(data.title)
         self.query_one("#step", Static).update(plain(data.subtitle))
+        flag = self.query_one("#tool-flag", Static)
+        flag.update(plain(data.flag, "bold red"))
+        flag.display = bool(data.flag)
         fill(self.query_one("#groups", DataTable), list(data.groups), keys=list(data.group_ids))
         fill(self.query_one("#rollouts", DataTable),
-             [(r.id, str(r.status), str(r.outcome or ""), "-" if r.reward is None else f"{r.reward:.2f}",
+             [(r.id, r.harness, str(r.status), str(r.outcome or ""), "-" if r.reward is None else f"{r.reward:.2f}",
                str(r.turns), (r.error or "")[:40]) for r in data.rollouts], keys=[r.id for r in data.rollouts])
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
@@ -148,6 +155,18 @@ class RolloutsScreen(PollingScreen):
         self.iteration = None if target == self._latest else target
         self.page, self.group = 0, None
         self.reload(force=True)
+
+
+def tool_flag(ctx: Context, iteration: int) -> str:
+    """The warning for an iteration whose practice never called a tool (its report's tool health): rewards
+    that came without acting (tool_health.py)."""
+    assert ctx.run is not None
+    found = ctx.store.report(ctx.run.id, iteration)
+    health = found[0].tool_health if found else None
+    if not health or not health.get("never_called_a_tool"):
+        return ""
+    harnesses = ", ".join(health.get("harnesses") or {})
+    return f"no practice turn of iteration {iteration} called a tool ({harnesses}): its rewards came without acting"
 
 
 def eval_tallies(rollouts: list[Rollout]) -> list[dict[str, Any]]:
