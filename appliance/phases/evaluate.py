@@ -43,6 +43,9 @@ def evaluate(ctx: PhaseContext, index: int) -> None:
             ctx.event("evaluate", f"iteration {index}: task set {s['name']} not evaluated: {s['error']}")
             continue
         excluded = f"; {len(s['excluded'])} task(s) excluded at its validation" if s["excluded"] else ""
+        if not s["tasks"]:
+            ctx.event("evaluate", f"iteration {index}: task set {s['name']}: no task to evaluate{excluded}")
+            continue
         ctx.event("evaluate", f"iteration {index}: task set {s['name']}: pass@1 {s['pass_at_1']:.1%} "
                   f"[{s['low']:.1%}, {s['high']:.1%}] ({s['passed']}/{s['n']}) over {s['tasks']} tasks x {s['k']}"
                   + (f", {s['infra_errors']} infra error(s) left out" if s["infra_errors"] else "") + excluded)

@@ -147,3 +147,16 @@ def test_a_runs_extra_set_and_appliance_eval_give_the_same_figures_on_the_same_o
     assert 0 < loop["passed"] < loop["n"] and loop["infra_errors"] > 0  # passes, failures and infra errors
     for key in ("passed", "n", "low", "high", "tasks", "k", "by_level", "by_family", "infra_errors"):
         assert loop[key] == ours[key], key
+
+
+def test_a_set_whose_every_task_failed_validation_is_said_so_not_a_pass_rate_of_zero(
+        settings: Settings, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    loop = _loop(settings, store, monkeypatch, {}, [], [])
+    settings.evaluation.extra_sets = [MINE]
+    monkeypatch.setattr(evaluate_phase, "load_set",
+                        lambda *_a: ([], [{"path": "/sets/mine/t", "reason": "reference solution fails"}]))
+    store.start_iteration(loop.run.id, 0, 0)
+    evaluate_phase.evaluate(loop.context, 0)
+    said = [e.message for e in store.events(loop.run.id) if "task set" in e.message]
+    assert said == [f"iteration 0: task set {MINE}: no task to evaluate; 1 task(s) excluded at its validation"]
+    assert extra_sets_block(store, loop.run.id, 0)[0]["n"] == 0  # stored: the report says how many were left out
