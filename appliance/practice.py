@@ -221,6 +221,10 @@ def external_episode(exit_code: int, timed_out: bool, turns: int, stderr: str,
         raise _Infra("the harness's first prompt is longer than the engine's context: "
                      f"{(calls[-1].error or '')[:200]}; raise engine.max_model_len (and its [harnesses.NAME] "
                      "context_tokens)")
+    if exit_code != 0 and calls and length_stopped(calls[-1]):
+        # its last answer was cut at max_tokens and the harness gave up on it (Codex exits 1): the policy's
+        # rambling, truncated as the built-in harness's token limit is
+        return Episode(EndReason.TOKEN_LIMIT, turns, [])
     if exit_code != 0:  # a crashed harness, before or after its model calls: not the policy's doing
         raise _Infra(f"harness exited {exit_code} after {turns} model call(s): {stderr.strip()[-300:]}")
     return Episode(EndReason.SUBMITTED, turns, [])
@@ -233,6 +237,15 @@ def context_refused(call: ModelCall) -> bool:
     """The engine refused this call because prompt and max_tokens do not fit its context (vLLM's 400)."""
     status = _ENGINE_STATUS.match(call.error or "")
     return status is not None and status.group(1) == "400" and "maximum context length" in (call.error or "")
+
+
+def length_stopped(call: ModelCall) -> bool:
+    """The engine's answer to this call was cut at max_tokens, in whichever dialect it was recorded."""
+    r = call.response if call.status == "ok" and isinstance(call.response, dict) else {}
+    choices = r.get("choices") or [{}]
+    reason = (r.get("incomplete_details") or {}).get("reason") if r.get("status") == "incomplete" else None
+    return (choices[0] or {}).get("finish_reason") == "length" or r.get("stop_reason") == "max_tokens" or \
+        reason == "max_output_tokens"
 
 
 def engine_failed(call: ModelCall) -> bool:

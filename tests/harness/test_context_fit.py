@@ -90,3 +90,19 @@ def test_a_harness_declares_the_sandbox_memory_its_program_needs(tmp_path: Path,
             pool.start(memory=memory)
     quarter = str(512 * 2**20 // 4)  # the workspace keeps its usual cap: the verifier can take it back
     assert seen == [("1g", quarter), ("512m", None), ("512m", None)]
+
+
+@pytest.mark.parametrize("response", [
+    {"status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}, "output": []},  # Responses
+    {"choices": [{"finish_reason": "length", "message": {"content": "zzz"}}]},  # chat completions
+    {"stop_reason": "max_tokens", "content": [{"type": "text", "text": "zzz"}]},  # Anthropic Messages
+])
+def test_a_harness_that_gives_up_on_an_answer_cut_at_max_tokens_ran_out_of_tokens_not_infra(response) -> None:
+    # seen with the bundled model: Codex exits 1 on 'Incomplete response returned, reason: max_output_tokens'
+    cut = ModelCall(None, "r", 0, "ok", {}, response, [1], [2] * 256, [-0.1] * 256, 0, 300.0)
+    episode = external_episode(1, False, 1, "ERROR: Incomplete response returned, reason: max_output_tokens", [cut])
+    assert episode.end_reason == EndReason.TOKEN_LIMIT and not episode.infra_error
+    done = ModelCall(None, "r", 0, "ok", {}, {"choices": [{"finish_reason": "stop", "message": {}}]}, [1], [2], [-0.1],
+                     0, 1.0)
+    with pytest.raises(_Infra, match="harness exited 1"):  # a crash after a complete answer stays the harness's
+        external_episode(1, False, 1, "", [done])
