@@ -90,7 +90,7 @@ def _engine_settings_of_a_run(monkeypatch, env: dict[str, str], model: str, gpus
     class Engine:
         base_url = "http://engine.invalid"
 
-        def __init__(self, settings, store, *args):
+        def __init__(self, settings, store, *args, **kwargs):
             seen.append(settings)
 
         def start(self):
