@@ -72,7 +72,7 @@ def test_tui_shows_a_live_evaluation_and_then_its_chart(tmp_path: Path, settings
         tmux("send-keys", "-t", "eval", "3")
         shown = wait_for(pane, r"held-out evaluation · 2 tasks · 1/2 rollouts done, 1 running")
         assert re.search(r"h0\s+files/1\s+1\s+0\s+1\s+1\s+0\s+1\.00", shown), shown
-        assert re.search(r"h0\.eval0\s+finished\s+success\s+1\.00", shown), shown
+        assert re.search(r"h0\.eval0\s+bash-agent\s+finished\s+success\s+1\.00", shown), shown
         go.with_name("evaluated").touch()  # the last one fails: 1 of 2 passed
         tmux("send-keys", "-t", "eval", "6")
         chart = wait_for(pane, r"latest iteration 0: 50\.0% \[9\.5%, 90\.5%\] \(1/2\)")
