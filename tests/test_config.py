@@ -39,6 +39,13 @@ def test_a_harness_table_changes_its_entry_and_adds_beside_the_built_in_ones(tmp
     assert s.harnesses["mine"].command == ["mine", "{instruction}"]
 
 
+def test_an_environment_variable_reaches_a_built_in_harness_with_a_hyphen_in_its_name(tmp_path: Path) -> None:
+    # a variable's name holds no hyphen: APPLIANCE_HARNESSES__CLAUDE_CODE__TIMEOUT_S made an entry `claude_code`
+    # (recipe and command required), and the settings failed to load
+    s = load_settings(environ={"APPLIANCE_HOME": str(tmp_path), "APPLIANCE_HARNESSES__CLAUDE_CODE__TIMEOUT_S": "60"})
+    assert s.harnesses["claude-code"].timeout_s == 60 and "claude_code" not in s.harnesses
+
+
 def test_env_overrides_file_overrides_profile(tmp_path: Path) -> None:
     (tmp_path / "appliance.toml").write_text('profile = "gpu"\n[engine]\nport = 9001\ndtype = "float16"\n')
     s = load_settings(environ={"APPLIANCE_HOME": str(tmp_path), "APPLIANCE_ENGINE__PORT": "9002"})

@@ -321,6 +321,8 @@ class Settings(BaseSettings):
             return given
         merged: dict[str, Any] = {name: h.model_dump() for name, h in default_harnesses().items()}
         for name, entry in given.items():
+            if name not in merged and name.replace("_", "-") in merged:
+                name = name.replace("_", "-")  # APPLIANCE_HARNESSES__CLAUDE_CODE__X: no hyphen in a name
             base = merged.get(name)
             merged[name] = base | entry if isinstance(base, dict) and isinstance(entry, dict) else entry
         return merged
