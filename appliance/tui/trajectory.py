@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 Decoder = Callable[[list[int]], list[str]]  # token ids -> one display string per token
 MAX_TOKENS_SHOWN = 1500
 LEGEND = Content.assemble(("legend", "bold"), " ", ("prompt", "dim"), " ", ("tool / harness", "yellow"), " ",
-                       ("sampled", "reverse green"), " ", ("⑂ branch", "magenta"))
+                       ("sampled", "reverse green"), " ", ("⑂ branch", "magenta"), " ",
+                       ("side call: sampled, not trained", "green"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,7 @@ class CallView:
     latency_s: float
     error: str | None
     in_tree: bool = True  # False: a failed call, which the tree (and so training) leaves out
+    side: bool = False  # a harness's side call (title, summary, compaction): its own branch, never trained
 
 
 def call_views(calls: list[ModelCall]) -> list[CallView]:
@@ -59,6 +61,7 @@ def call_views(calls: list[ModelCall]) -> list[CallView]:
     by_seq = {c.seq: c for c in calls}
     tree = build_tree(calls)
     placed: dict[int, tuple[int | None, int, bool, int]] = {}  # seq -> parent, shared, branch, prompt start
+    side = {seg.call_seq for b in tree.branches if b.side for seg in b.segments}
     for b in tree.branches:
         for i, seg in enumerate(b.segments):
             if i > 0:
@@ -74,7 +77,7 @@ def call_views(calls: list[ModelCall]) -> list[CallView]:
         parent, shared, branch, start = placed.get(seq, (None, 0, False, len(call.prompt_ids)))
         views.append(CallView(seq, parent, shared, branch, tuple(call.prompt_ids[start:]),
                               tuple(call.completion_ids), tuple(call.logprobs), call.latency_s, call.error,
-                              in_tree=seq in placed))
+                              in_tree=seq in placed, side=seq in side))
     return views
 
 
@@ -92,13 +95,20 @@ def render(views: list[CallView], decode: Decoder | None) -> Content:
             out.append(plain(f"error: {v.error}", "red"))
         if not v.in_tree:
             out.append(Content.styled("not in the prefix tree: a failed call, nothing of it is trained", "dim"))
-        if v.branch:
+        if v.side:
+            out.append(Content.styled("a side call of the harness (title, summary, compaction): its own branch, "
+                                      "recorded, not trained", "green"))
+        if v.branch and v.side:
+            out.append(Content.styled(f"⑂ side branch: starts from call {v.parent}'s sequence after {v.shared} "
+                                      "tokens (no history rewritten)", "magenta"))
+        elif v.branch:
             out.append(Content.styled(f"⑂ branch: leaves call {v.parent}'s sequence after {v.shared} tokens"
                                       " (history rewritten)", "magenta"))
         if v.shared:
             out.append(Content.styled(f"… {v.shared} tokens shared with call {v.parent} …", "dim"))
         style = "dim" if v.parent is None else "yellow"
-        out.append(tokens_text(v.new_prompt, decode, style) + tokens_text(v.sampled, decode, "reverse green"))
+        out.append(tokens_text(v.new_prompt, decode, style)
+                   + tokens_text(v.sampled, decode, "green" if v.side else "reverse green"))
     return Content("\n").join(out)
 
 

@@ -25,6 +25,17 @@ def test_calls_that_extend_each_other_share_history_and_a_rewrite_branches() -> 
     assert "<6><7>" in text and "<9>" in text
 
 
+def test_a_side_call_is_shown_as_its_own_untrained_branch_not_a_rewrite() -> None:
+    # side calls became branches of the tree (98824b2, issue 48); the screen called a summary's branch "history
+    # rewritten" and showed its tokens in the trained style
+    summary = ModelCall(None, "r", 2, "side", {}, None, [1, 2, 3, 4, 5, 6], [40], [-0.5], 0, 0.1)
+    views = call_views([call(0, [1, 2, 3], [4, 5]), call(1, [1, 2, 3, 4, 5, 6, 7], [8]), summary])
+    assert [(v.side, v.branch) for v in views] == [(False, False), (False, False), (True, True)]
+    text = render(views, lambda ids: [f"<{i}>" for i in ids]).plain
+    assert "side branch: starts from call 1's sequence after 6 tokens (no history rewritten)" in text
+    assert "recorded, not trained" in text and "(history rewritten)" not in text
+
+
 def test_a_failed_call_is_outside_the_tree_and_its_retry_continues_the_last_call_that_worked() -> None:
     # placed as the trainer's prefix tree places them (trajectories.build_tree), so the view never shows
     # a retry hanging off a call that training leaves out
