@@ -32,7 +32,7 @@ from typing import Any
 
 from appliance.config import Settings
 from appliance.errors import ApplianceError, Interrupted, SandboxNotClean, SandboxStorageFull, TrajectoryError
-from appliance.harness.base import ClientConfig, EndReason, Episode, Limits
+from appliance.harness.base import ClientConfig, EndReason, Episode, Limits, says_context_overflow
 from appliance.harness.builtin import request_of, run_builtin
 from appliance.harness.external import harness_image, harness_settings, run_external
 from appliance.proxy import register_route
@@ -236,7 +236,7 @@ _ENGINE_STATUS = re.compile(r"engine answered (\d+)")
 def context_refused(call: ModelCall) -> bool:
     """The engine refused this call because prompt and max_tokens do not fit its context (vLLM's 400)."""
     status = _ENGINE_STATUS.match(call.error or "")
-    return status is not None and status.group(1) == "400" and "maximum context length" in (call.error or "")
+    return status is not None and status.group(1) == "400" and says_context_overflow(call.error or "")
 
 
 def length_stopped(call: ModelCall) -> bool:

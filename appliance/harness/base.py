@@ -52,6 +52,14 @@ class Limits:
                    h.observation_chars, h.engine_wait_s, h.max_repeats, h.repeat_note)
 
 
+_OVERFLOW = ("context length", "context_length", "maximum context", "too long", "prompt is too long")
+
+
+def says_context_overflow(text: str) -> bool:
+    """An engine's refusal text says prompt and max_tokens outgrew its context (vLLM's 400, and the like)."""
+    return any(s in text.lower() for s in _OVERFLOW)
+
+
 class EndReason(StrEnum):
     SUBMITTED = "submitted"  # the agent said it is done; the verifier decides success
     TURN_LIMIT = "turn_limit"

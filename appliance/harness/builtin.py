@@ -26,7 +26,7 @@ import httpx
 
 from appliance.errors import ApplianceError, SandboxStorageFull
 from appliance.harness.actions import Action, final_answer, format_observation, parse_action
-from appliance.harness.base import ClientConfig, EndReason, Episode, Limits
+from appliance.harness.base import ClientConfig, EndReason, Episode, Limits, says_context_overflow
 from appliance.seams import CommandResult, Shell
 
 SYSTEM_PROMPT = """You are a careful agent working in a Linux shell. You are in /workspace, where the \
@@ -58,7 +58,6 @@ TOOLS = [
         "parameters": {"type": "object", "properties": {}}}},
 ]
 
-_OVERFLOW = ("context length", "context_length", "maximum context", "too long", "prompt is too long")
 _RETRIES = 3  # transport errors and 5xx answers before the engine counts as failed
 _MAX_RETRY_AFTER_S = 30.0
 
@@ -101,7 +100,7 @@ class _Model:
                 return _first_choice(r)
             if r is not None:
                 error = f"HTTP {r.status_code}: {r.text[:300]}"
-                if r.status_code == 400 and any(s in r.text.lower() for s in _OVERFLOW):
+                if r.status_code == 400 and says_context_overflow(r.text):
                     raise _Stop(EndReason.CONTEXT_OVERFLOW, error)
                 if r.status_code < 500:
                     raise _Stop(EndReason.MODEL_ERROR, error)
